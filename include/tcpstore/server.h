@@ -1,0 +1,100 @@
+// Embedding API of tcpstore-server: run the store server inside a process.
+//
+// A Server owns one libuv loop thread. start() binds and listens before it
+// returns (so port() is valid at once); stop() may be called from any thread;
+// the destructor stops and joins. Thread-safety: port(), stop(), counters()
+// and wait() are safe from any thread; nothing else is shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tcpstore/status.h"
+
+namespace tcpstore {
+
+struct ServerLimits {
+  std::uint64_t max_key_bytes = 8 * 1024;                         // libuv: 8 KiB
+  std::uint64_t max_value_bytes = 8 * 1024 * 1024;                // libuv: 8 MiB
+  std::uint64_t max_keys_per_request = 128 * 1024;                // libuv: 128 Ki
+  std::uint64_t max_request_bytes = 256ull * 1024 * 1024;         // one request, all fields
+  std::uint64_t max_buffered_output_bytes = 64ull * 1024 * 1024;  // per connection
+};
+
+struct ServerOptions {
+  // Address to bind. Empty: dual-stack "::" (falling back to "0.0.0.0").
+  std::string host;
+  // Port to bind; 0 picks a free one (read it back with port()).
+  std::uint16_t port = 29500;
+  // Adopt this already-bound socket instead of binding (-1: bind ourselves).
+  int listen_fd = -1;
+  // If > 0, log join progress of torch's wait_for_workers key "init/".
+  std::int64_t world_size = 0;
+  // Reuse a running server of this process on the same port (torch's
+  // multi_tenant). port 0 never matches.
+  bool multi_tenant = false;
+  ServerLimits limits;
+  // COMPARE_SET that stores a value wakes that key's waiters (libuv backend
+  // behaviour). false reproduces the classic servers, which leave them hanging.
+  bool compare_set_wakes = true;
+  // "error", "warn", "info" (default), "debug".
+  std::string log_level = "info";
+};
+
+// Counters, readable at any time. Per-command counts are indexed by
+// protocol::Command (dialect-neutral); see commandName() for names.
+struct ServerCounters {
+  static constexpr int kCommands = 20;
+  std::uint64_t requests[kCommands] = {};
+  std::uint64_t requests_total = 0;
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_closed = 0;
+  std::uint64_t connections_open = 0;
+  std::uint64_t connections_v113 = 0;  // connections decided as 1.13
+  std::uint64_t connections_v2 = 0;    // connections decided as 2.x
+  // Connections closed by the server, by reason.
+  std::uint64_t rejected_protocol = 0;  // bad bytes (unknown command, bad magic, ...)
+  std::uint64_t rejected_limit = 0;     // a length/count over a limit
+  std::uint64_t rejected_semantic = 0;  // ADD on non-numeric, GET of missing key, ...
+  std::uint64_t rejected_slow_reader = 0;  // output cap exceeded
+  std::uint64_t accept_errors = 0;         // EMFILE/ENFILE and other accept failures
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+};
+
+class Server {
+ public:
+  // Binds, listens and starts the loop thread. With options.multi_tenant and a
+  // live server of this process on options.port, returns that one.
+  static Result<std::shared_ptr<Server>> start(const ServerOptions& options);
+
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const noexcept;
+  // "[::]:29500" or "127.0.0.1:29500": the bound address, as printed by the
+  // tcpstore-server "listening on" line.
+  std::string address() const;
+
+  // Stops accepting, flushes pending replies, closes every connection and
+  // ends the loop thread. Idempotent; callable from any thread (not from a
+  // loop callback). Returns once the loop has exited and uv_loop_close
+  // succeeded (a non-OK status names a leaked handle).
+  Status stop();
+  // Blocks until the server has stopped (by stop() from another thread).
+  void wait();
+
+  ServerCounters counters() const;
+  // One-line summary of counters ("requests set=3 get=5 ... conns accepted=2 ...").
+  std::string countersLine() const;
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tcpstore
