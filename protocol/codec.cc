@@ -187,9 +187,16 @@ DecodeResult parseStr(std::string_view in, detail::ParseState& st,
                          : DecodeErrorCode::kValueTooLong,
                   st.code, n, limit, st.pos);
     }
-    if (n > limits.max_request_bytes ||
-        st.pos + 8 + n > limits.max_request_bytes) {
-      return fail(DecodeErrorCode::kRequestTooLarge, st.code, st.pos + 8 + n,
+    // st.pos + 8 + n > max_request_bytes, without wrapping when the limits
+    // are near 2^64 ("unlimited").
+    const std::uint64_t head = st.pos + 8;
+    if (head > limits.max_request_bytes ||
+        n > limits.max_request_bytes - head) {
+      const std::uint64_t total =
+          n > std::numeric_limits<std::uint64_t>::max() - head
+              ? std::numeric_limits<std::uint64_t>::max()
+              : head + n;
+      return fail(DecodeErrorCode::kRequestTooLarge, st.code, total,
                   limits.max_request_bytes, st.pos);
     }
     st.len = n;
@@ -217,10 +224,16 @@ DecodeResult parseCount(std::string_view in, detail::ParseState& st,
     return fail(DecodeErrorCode::kTooManyKeys, st.code, n,
                 limits.max_keys_per_request, st.pos);
   }
-  if (n > limits.max_request_bytes / min_item ||
-      st.pos + 8 + n * min_item > limits.max_request_bytes) {
-    return fail(DecodeErrorCode::kRequestTooLarge, st.code,
-                st.pos + 8 + n * min_item, limits.max_request_bytes, st.pos);
+  // st.pos + 8 + n * min_item > max_request_bytes, without wrapping.
+  const std::uint64_t head = st.pos + 8;
+  if (head > limits.max_request_bytes ||
+      n > (limits.max_request_bytes - head) / min_item) {
+    const std::uint64_t total =
+        n > (std::numeric_limits<std::uint64_t>::max() - head) / min_item
+            ? std::numeric_limits<std::uint64_t>::max()
+            : head + n * min_item;
+    return fail(DecodeErrorCode::kRequestTooLarge, st.code, total,
+                limits.max_request_bytes, st.pos);
   }
   st.count = n;
   st.have_count = true;
@@ -487,8 +500,16 @@ DecodeResult replyStr(std::string_view in, std::size_t* pos,
         is_key ? DecodeErrorCode::kKeyTooLong : DecodeErrorCode::kValueTooLong,
         0, n, limit, *pos);
   }
-  if (in.size() < *pos + 8 + n) return needMore(*pos + 8 + n);
-  *out = in.substr(*pos + 8, n);
+  // A length whose end does not fit in size_t can never arrive (only
+  // reachable when the limits are near 2^64).
+  const std::size_t head = *pos + 8;
+  if (n > std::numeric_limits<std::size_t>::max() - head) {
+    return fail(
+        is_key ? DecodeErrorCode::kKeyTooLong : DecodeErrorCode::kValueTooLong,
+        0, n, std::numeric_limits<std::size_t>::max() - head, *pos);
+  }
+  if (in.size() - head < n) return needMore(head + n);
+  *out = in.substr(head, n);
   *pos += 8 + n;
   return frame(0);
 }
