@@ -59,6 +59,7 @@ struct ServerCounters {
   std::uint64_t rejected_semantic = 0;  // ADD on non-numeric, GET of missing key, ...
   std::uint64_t rejected_slow_reader = 0;  // output cap exceeded
   std::uint64_t accept_errors = 0;         // EMFILE/ENFILE and other accept failures
+  std::uint64_t connections_shed = 0;      // accepted and closed at once while out of fds
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
 };

@@ -1,0 +1,610 @@
+// Loopback tests of the in-process server: dialect mixing, waits, watches,
+// bad input, back-pressure, stop, multi-tenancy and binding.
+#include "tcpstore/server.h"
+
+#include <doctest/doctest.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/wire.h"
+#include "tests/server/raw_client.h"
+
+namespace {
+
+using namespace tcpstore::test;
+using std::chrono::milliseconds;
+
+std::shared_ptr<tcpstore::Server> startServer(tcpstore::ServerOptions o = {}) {
+  o.host = "127.0.0.1";
+  o.port = 0;
+  if (o.log_level == "info") o.log_level = "error";
+  auto r = tcpstore::Server::start(o);
+  REQUIRE_MESSAGE(r.ok(), r.error().toString());
+  return r.value();
+}
+
+RawConn conn113(const tcpstore::Server& s) {
+  RawConn c = RawConn::connect(s.port());
+  REQUIRE(c.ok());
+  return c;
+}
+RawConn conn2(const tcpstore::Server& s) {
+  RawConn c = RawConn::connect(s.port());
+  REQUIRE(c.ok());
+  REQUIRE(c.handshake());
+  return c;
+}
+
+// GETNUMKEYS round trip: proves the connection (and the server) is alive.
+std::int64_t numKeys(RawConn& c, bool v2x) {
+  REQUIRE(c.send(byte(v2x ? v2::kGetNumKeys : v113::kGetNumKeys)));
+  std::string r = c.recv(8);
+  REQUIRE(r.size() == 8);
+  return static_cast<std::int64_t>(loadU64le(r));
+}
+
+std::string get(RawConn& c, bool v2x, std::string_view key) {
+  REQUIRE(c.send(byte(v2x ? v2::kGet : v113::kGet) + str(key)));
+  std::string len = c.recv(8);
+  REQUIRE(len.size() == 8);
+  return c.recv(loadU64le(len));
+}
+
+}  // namespace
+
+TEST_CASE("a 1.13 and a 2.x connection share keys and wake each other") {
+  auto s = startServer();
+  RawConn a = conn113(*s);
+  RawConn b = conn2(*s);
+  // 1.13 waits, 2.x sets.
+  REQUIRE(a.send(keysMsg(v113::kWait, {"/x"})));
+  CHECK(a.quiet(milliseconds(50)));
+  REQUIRE(b.send(byte(v2::kSet) + str("/x") + str("from-2x")));
+  CHECK(a.recv(1) == byte(0x00));
+  CHECK(get(a, false, "/x") == "from-2x");
+  // 2.x waits on two keys, 1.13 writes both (ADD, then SET).
+  REQUIRE(b.send(keysMsg(v2::kWait, {"/y", "/z"})));
+  CHECK(b.quiet(milliseconds(50)));
+  REQUIRE(a.send(byte(v113::kAdd) + str("/y") + i64le(3)));
+  CHECK(a.recv(8) == i64le(3));
+  CHECK(b.quiet(milliseconds(50)));
+  REQUIRE(a.send(byte(v113::kSet) + str("/z") + str("1")));
+  CHECK(b.recv(1) == byte(0x00));
+  REQUIRE(b.send(byte(v2::kAdd) + str("/y") + i64le(4)));
+  CHECK(b.recv(8) == i64le(7));
+  CHECK(numKeys(a, false) == 3);
+  CHECK(numKeys(b, true) == 3);
+  auto ctr = s->counters();
+  CHECK(ctr.connections_v113 == 1);
+  CHECK(ctr.connections_v2 == 1);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("WATCH_KEY notifications are sent for changes from both dialects") {
+  auto s = startServer();
+  RawConn w = conn113(*s);
+  REQUIRE(w.send(byte(v113::kWatchKey) + str("/wk")));
+  CHECK(w.recv(1) == byte(0x03));
+  RawConn b = conn2(*s);
+  REQUIRE(b.send(byte(v2::kSet) + str("/wk") + str("a")));
+  std::string created = byte(0x01) + str("/wk") + str("") + str("a");
+  CHECK(toHex(w.recv(created.size())) == toHex(created));
+  RawConn a = conn113(*s);
+  REQUIRE(a.send(byte(v113::kSet) + str("/wk") + str("bb")));
+  std::string updated = byte(0x00) + str("/wk") + str("a") + str("bb");
+  CHECK(toHex(w.recv(updated.size())) == toHex(updated));
+  REQUIRE(b.send(byte(v2::kDeleteKey) + str("/wk")));
+  CHECK(b.recv(8) == i64le(1));
+  std::string deleted = byte(0x02) + str("/wk") + str("bb") + str("");
+  CHECK(toHex(w.recv(deleted.size())) == toHex(deleted));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("difference: a watcher is forgotten when its connection closes") {
+  // The 1.13 server kept it and wrote notifications to whoever got the fd.
+  auto s = startServer();
+  {
+    RawConn w = conn113(*s);
+    REQUIRE(w.send(byte(v113::kWatchKey) + str("/wf")));
+    CHECK(w.recv(1) == byte(0x03));
+  }
+  RawConn setter = conn113(*s);
+  CHECK(numKeys(setter, false) == 0);  // lets the server see the close first
+  RawConn fresh = conn113(*s);
+  REQUIRE(setter.send(byte(v113::kSet) + str("/wf") + str("v")));
+  CHECK(numKeys(setter, false) == 1);
+  CHECK(numKeys(fresh, false) ==
+        1);  // exactly the 8-byte reply, no notification
+  CHECK(fresh.quiet(milliseconds(50)));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE(
+    "a waiter that disconnects is dropped, and a later SET leaves the server "
+    "healthy") {
+  auto s = startServer();
+  {
+    RawConn w1 = conn113(*s);
+    RawConn w2 = conn2(*s);
+    REQUIRE(w1.send(keysMsg(v113::kWait, {"/dw"})));
+    REQUIRE(w2.send(keysMsg(v2::kWait, {"/dw", "/dw2"})));
+    CHECK(w2.quiet(milliseconds(50)));
+  }
+  RawConn b = conn2(*s);
+  CHECK(eventually([&] { return s->counters().connections_closed == 2; }));
+  REQUIRE(b.send(byte(v2::kSet) + str("/dw") + str("1")));
+  REQUIRE(b.send(byte(v2::kSet) + str("/dw2") + str("2")));
+  CHECK(numKeys(b, true) == 2);
+  RawConn c = conn113(*s);
+  REQUIRE(c.send(keysMsg(v113::kWait, {"/dw"})));
+  CHECK(c.recv(1) == byte(0x00));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE(
+    "difference: COMPARE_SET wakes waiters unless classic behaviour is asked "
+    "for") {
+  SUBCASE("default: wakes") {
+    auto s = startServer();
+    RawConn w = conn2(*s);
+    RawConn c = conn2(*s);
+    REQUIRE(w.send(keysMsg(v2::kWait, {"/cs"})));
+    CHECK(w.quiet(milliseconds(50)));
+    REQUIRE(c.send(byte(v2::kCompareSet) + str("/cs") + str("") + str("v")));
+    CHECK(c.recv(9) == str("v"));
+    CHECK(w.recv(1) == byte(0x00));
+    CHECK(s->stop().isOk());
+  }
+  SUBCASE("classic: the waiter sleeps until the next SET") {
+    tcpstore::ServerOptions o;
+    o.compare_set_wakes = false;
+    auto s = startServer(o);
+    RawConn w = conn113(*s);
+    RawConn c = conn113(*s);
+    REQUIRE(w.send(keysMsg(v113::kWait, {"/cs"})));
+    REQUIRE(c.send(byte(v113::kCompareSet) + str("/cs") + str("") + str("v")));
+    CHECK(c.recv(9) == str("v"));
+    CHECK(w.quiet(milliseconds(150)));
+    REQUIRE(c.send(byte(v113::kSet) + str("/cs") + str("w")));
+    CHECK(w.recv(1) == byte(0x00));
+    CHECK(s->stop().isOk());
+  }
+}
+
+TEST_CASE("difference: a partial request never delays other connections") {
+  // Classic 1.13/2.x servers stall every client while one peer is mid-message.
+  auto s = startServer();
+  RawConn stuck113 = conn113(*s);
+  RawConn stuck2 = RawConn::connect(s->port());
+  RawConn stuck2b = conn2(*s);
+  REQUIRE(stuck113.send(byte(v113::kSet) + u64le(16) +
+                        "abc"));            // SET cut in the key
+  REQUIRE(stuck2.send(fromHex("00cef7")));  // 3 of 5 VALIDATE bytes
+  REQUIRE(stuck2b.send(byte(v2::kGet)));    // bare command byte
+  RawConn other = conn2(*s);
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(other.send(byte(v2::kAdd) + str("/p") + i64le(1)));
+    CHECK(other.recv(8, scaled(2000)) == i64le(i + 1));
+  }
+  // The partial messages complete later and are served.
+  REQUIRE(stuck113.send(std::string(13, 'k') + str("val")));
+  REQUIRE(stuck2.send(fromHex("853c")));
+  REQUIRE(stuck2.send(pingMsg(9)));
+  CHECK(stuck2.recv(4) == u32le(9));
+  REQUIRE(stuck2b.send(str("/p")));
+  CHECK(stuck2b.recv(10) == str("20"));
+  CHECK(numKeys(stuck113, false) == 2);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("requests and the handshake sent one byte at a time") {
+  auto s = startServer();
+  RawConn c2 = RawConn::connect(s->port());
+  RawConn c1 = conn113(*s);
+  std::string msg2 = validateMsg() + pingMsg(77) + byte(v2::kSet) + str("/b1") +
+                     str("xyz") + byte(v2::kGet) + str("/b1");
+  std::string msg1 =
+      byte(v113::kAdd) + str("/b2") + i64le(5) + keysMsg(v113::kWait, {"/b1"});
+  for (std::size_t i = 0; i < std::max(msg1.size(), msg2.size()); ++i) {
+    if (i < msg2.size()) REQUIRE(c2.send(msg2.substr(i, 1)));
+    if (i < msg1.size()) REQUIRE(c1.send(msg1.substr(i, 1)));
+  }
+  CHECK(toHex(c2.recv(4 + 11)) == toHex(u32le(77) + str("xyz")));
+  CHECK(toHex(c1.recv(9)) == toHex(i64le(5) + byte(0x00)));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("pipelined requests in one write are answered in order") {
+  auto s = startServer();
+  RawConn c = conn2(*s);
+  std::string batch = byte(v2::kSet) + str("/pl") + str("v1") +
+                      keysMsg(v2::kWait, {"/pl"}) + byte(v2::kGet) +
+                      str("/pl") + byte(v2::kGetNumKeys) + pingMsg(5) +
+                      byte(v2::kAdd) + str("/n") + i64le(2);
+  REQUIRE(c.send(batch));
+  std::string expect = byte(0x00) + str("v1") + i64le(1) + u32le(5) + i64le(2);
+  CHECK(toHex(c.recv(expect.size())) == toHex(expect));
+  RawConn d = conn113(*s);
+  std::string batch1 = byte(v113::kSet) + str("/pl") + str("v2") +
+                       keysMsg(v113::kWait, {"/pl"}) + byte(v113::kGet) +
+                       str("/pl") + byte(v113::kGetNumKeys);
+  REQUIRE(d.send(batch1));
+  std::string expect1 = byte(0x00) + str("v2") + i64le(2);
+  CHECK(toHex(d.recv(expect1.size())) == toHex(expect1));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE(
+    "a peer that half-closes after a pipelined batch still gets its replies") {
+  auto s = startServer();
+  RawConn c = conn2(*s);
+  std::string batch = byte(v2::kSet) + str("/hc") + str("v") + byte(v2::kGet) +
+                      str("/hc") + byte(v2::kGetNumKeys);
+  REQUIRE(c.send(batch));
+  c.shutdownWrite();
+  std::string got;
+  CHECK(c.waitClosed(&got));
+  CHECK(toHex(got) == toHex(str("v") + i64le(1)));
+  CHECK(s->counters().rejected_protocol == 0);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("bad input closes only the offending connection") {
+  tcpstore::ServerOptions o;
+  o.limits.max_key_bytes = 16;
+  o.limits.max_value_bytes = 64;
+  o.limits.max_keys_per_request = 4;
+  o.limits.max_request_bytes = 200;
+  auto s = startServer(o);
+  RawConn keeper = conn2(*s);
+  REQUIRE(keeper.send(byte(v2::kSet) + str("/keep") + str("safe")));
+  REQUIRE(keeper.send(byte(v2::kSet) + str("/txt") + str("abc")));
+  REQUIRE(keeper.send(
+      keysMsg(v2::kWait, {"/never"})));  // a pending wait, kept across all this
+  struct Case {
+    const char* name;
+    bool v2x;
+    std::string bytes;
+    std::uint64_t tcpstore::ServerCounters::*counter;
+  };
+  using C = tcpstore::ServerCounters;
+  std::vector<Case> cases = {
+      {"unknown command 1.13", false, byte(0x09), &C::rejected_protocol},
+      {"unknown command 2.x", true, byte(0x13), &C::rejected_protocol},
+      {"absurd key length", true, byte(v2::kSet) + u64le(1ull << 62),
+       &C::rejected_limit},
+      {"key over limit", false,
+       byte(v113::kSet) + str(std::string(17, 'k')) + str("v"),
+       &C::rejected_limit},
+      {"value over limit", true, byte(v2::kSet) + str("/k") + u64le(65),
+       &C::rejected_limit},
+      {"count over limit", true, keysMsg(v2::kWait, {"a", "b", "c", "d", "e"}),
+       &C::rejected_limit},
+      {"MULTI_SET count over limit", true, byte(v2::kMultiSet) + i64le(5),
+       &C::rejected_limit},
+      {"ADD on non-numeric", false, byte(v113::kAdd) + str("/txt") + i64le(1),
+       &C::rejected_semantic},
+      {"raw GET of missing key 1.13", false, byte(v113::kGet) + str("/nope"),
+       &C::rejected_semantic},
+      {"raw GET of missing key 2.x", true, byte(v2::kGet) + str("/nope"),
+       &C::rejected_semantic},
+      {"second VALIDATE", true, validateMsg(), &C::rejected_protocol},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    auto before = s->counters();
+    RawConn bad = c.v2x ? conn2(*s) : conn113(*s);
+    REQUIRE(bad.send(c.bytes));
+    std::string got;
+    CHECK(bad.waitClosed(&got));
+    CHECK(got.empty());
+    auto after = s->counters();
+    CHECK(after.*(c.counter) == before.*(c.counter) + 1);
+    CHECK(get(keeper, true, "/keep") == "safe");
+    CHECK(get(keeper, true, "/txt") == "abc");
+  }
+  SUBCASE("truncated request at EOF") {
+    auto before = s->counters();
+    RawConn t = conn113(*s);
+    REQUIRE(t.send(byte(v113::kSet) + str("/tr") + u64le(10) + "abc"));
+    t.shutdownWrite();
+    CHECK(t.waitClosed());
+    CHECK(eventually([&] {
+      return s->counters().rejected_protocol == before.rejected_protocol + 1;
+    }));
+    CHECK(numKeys(keeper, true) == 2);
+  }
+  SUBCASE("a request over max_request_bytes") {
+    auto before = s->counters();
+    RawConn t = conn2(*s);
+    std::string m = byte(v2::kMultiSet) + i64le(4);
+    for (int i = 0; i < 4; ++i)
+      m += str(std::string(16, 'a' + i)) + str(std::string(64, 'v'));
+    REQUIRE(t.send(m));
+    CHECK(t.waitClosed());
+    CHECK(s->counters().rejected_limit == before.rejected_limit + 1);
+  }
+  SUBCASE("a clean EOF between requests is not an error") {
+    auto before = s->counters();
+    {
+      RawConn t = conn2(*s);
+      CHECK(numKeys(t, true) == 2);
+    }
+    CHECK(eventually([&] {
+      return s->counters().connections_closed == before.connections_closed + 1;
+    }));
+    auto after = s->counters();
+    CHECK(after.rejected_protocol == before.rejected_protocol);
+  }
+  // The waiting keeper is still registered and gets released.
+  REQUIRE(keeper.send(byte(v2::kSet) + str("/never") + str("now")));
+  CHECK(keeper.recv(1) == byte(0x00));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("a slow reader is paused, then dropped, without hurting others") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  auto s = startServer(o);
+  RawConn writer = conn2(*s);
+  const std::string big(1 << 20, 'B');
+  REQUIRE(writer.send(byte(v2::kSet) + str("/big") + str(big)));
+  CHECK(numKeys(writer, true) == 1);
+  RawConn slow = conn2(*s);
+  // 64 MiB of replies: far beyond what the kernel buffers of a non-reading peer
+  // hold.
+  std::string gets;
+  for (int i = 0; i < 64; ++i) gets += byte(v2::kGet) + str("/big");
+  REQUIRE(slow.send(gets));
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; },
+                   scaled(10000)));
+  // Others are served throughout.
+  for (int i = 0; i < 5; ++i) CHECK(numKeys(writer, true) == 1);
+  CHECK(slow.waitClosed(nullptr, scaled(10000)));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("a client that pipelines without reading is paused, not dropped") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 16 * 1024;
+  auto s = startServer(o);
+  RawConn c = conn2(*s);
+  REQUIRE(c.send(byte(v2::kSet) + str("/v") + str(std::string(8000, 'x'))));
+  std::string batch;
+  const int kGets =
+      2000;  // ~16 MB of replies: more than the kernel buffers hold
+  for (int i = 0; i < kGets; ++i) batch += byte(v2::kGet) + str("/v");
+  std::thread sender([&] { (void)c.send(batch); });
+  // Now read everything, slowly at first.
+  std::this_thread::sleep_for(milliseconds(100));
+  std::string one = str(std::string(8000, 'x'));
+  int ok = 0;
+  for (int i = 0; i < kGets; ++i) {
+    if (c.recv(one.size(), scaled(10000)) != one) break;
+    ++ok;
+  }
+  sender.join();
+  CHECK(ok == kGets);
+  CHECK(s->counters().rejected_slow_reader == 0);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("stop() with clients connected, waiting and mid-message returns OK") {
+  auto s = startServer();
+  RawConn idle = RawConn::connect(s->port());
+  RawConn waiting = conn2(*s);
+  RawConn partial = conn113(*s);
+  REQUIRE(waiting.send(keysMsg(v2::kWait, {"/w"})));
+  REQUIRE(partial.send(byte(v113::kSet) + u64le(100)));
+  CHECK(numKeys(waiting, true) == 0);
+  // Counters are readable from other threads while the loop runs (TSan).
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) (void)s->counters();
+  });
+  tcpstore::Status st = s->stop();
+  done = true;
+  reader.join();
+  CHECK_MESSAGE(st.isOk(), st.toString());
+  CHECK(idle.waitClosed());
+  CHECK(waiting.waitClosed());
+  CHECK(partial.waitClosed());
+  CHECK(s->stop().isOk());  // idempotent
+  s->wait();                // returns at once once stopped
+}
+
+TEST_CASE("wait() returns when another thread stops the server") {
+  auto s = startServer();
+  std::thread t([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    (void)s->stop();
+  });
+  s->wait();
+  t.join();
+  CHECK(RawConn::connect(s->port()).ok() == false);
+}
+
+TEST_CASE("multi_tenant returns the running server of that port") {
+  tcpstore::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.multi_tenant = true;
+  o.log_level = "error";
+  auto a = tcpstore::Server::start(o);
+  REQUIRE(a.ok());
+  auto b = tcpstore::Server::start(o);  // port 0 never matches
+  REQUIRE(b.ok());
+  CHECK(a.value() != b.value());
+  o.port = a.value()->port();
+  auto c = tcpstore::Server::start(o);
+  REQUIRE(c.ok());
+  CHECK(c.value() == a.value());
+  CHECK(a.value()->stop().isOk());
+  // A stopped server is not reused: this binds anew (the port is free now).
+  auto d = tcpstore::Server::start(o);
+  REQUIRE_MESSAGE(d.ok(), d.error().toString());
+  CHECK(d.value() != a.value());
+  CHECK(d.value()->port() == o.port);
+  CHECK(d.value()->stop().isOk());
+  CHECK(b.value()->stop().isOk());
+}
+
+TEST_CASE("a port collision is a clean error") {
+  auto a = startServer();
+  tcpstore::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = a->port();
+  o.log_level = "error";
+  auto b = tcpstore::Server::start(o);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().code() == tcpstore::StatusCode::kIoError);
+  CHECK(b.error().message().find("already in use") != std::string::npos);
+  RawConn c = conn2(*a);  // the first server is unaffected
+  CHECK(numKeys(c, true) == 0);
+  CHECK(a->stop().isOk());
+}
+
+TEST_CASE(
+    "binding: dual-stack default, IPv4/IPv6 literals, names, adopted listen "
+    "fd") {
+  SUBCASE("default host serves IPv4 and IPv6") {
+    tcpstore::ServerOptions o;
+    o.port = 0;
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    REQUIRE(r.ok());
+    auto s = r.value();
+    CHECK(s->address().rfind("[::]:", 0) == 0);
+    RawConn c4 = RawConn::connect(s->port(), "127.0.0.1");
+    REQUIRE(c4.ok());
+    CHECK(numKeys(c4, false) == 0);
+    int fd6 = ::socket(AF_INET6, SOCK_STREAM, 0);
+    sockaddr_in6 sa{};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_port = htons(s->port());
+    sa.sin6_addr = in6addr_loopback;
+    if (::connect(fd6, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+      RawConn c6(fd6);
+      CHECK(c6.handshake());
+    } else {
+      ::close(fd6);
+      MESSAGE("no IPv6 loopback here; IPv6 connect not checked");
+    }
+    CHECK(s->stop().isOk());
+  }
+  SUBCASE("an IPv6 literal binds only that address") {
+    tcpstore::ServerOptions o;
+    o.host = "::1";
+    o.port = 0;
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    if (!r.ok()) {
+      MESSAGE("no IPv6 loopback here: " << r.error().toString());
+      return;
+    }
+    CHECK(r.value()->address() == "[::1]:" + std::to_string(r.value()->port()));
+    CHECK_FALSE(RawConn::connect(r.value()->port(), "127.0.0.1").ok());
+    CHECK(r.value()->stop().isOk());
+  }
+  SUBCASE("an IPv4 literal binds only that address") {
+    tcpstore::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    REQUIRE(r.ok());
+    CHECK(r.value()->address() ==
+          "127.0.0.1:" + std::to_string(r.value()->port()));
+    CHECK_FALSE(RawConn::connect(r.value()->port(), "127.0.0.2").ok());
+    CHECK(r.value()->stop().isOk());
+  }
+  SUBCASE("a host name") {
+    tcpstore::ServerOptions o;
+    o.host = "localhost";
+    o.port = 0;
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    REQUIRE_MESSAGE(r.ok(), r.error().toString());
+    CHECK(r.value()->stop().isOk());
+  }
+  SUBCASE("an adopted listen fd") {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    tcpstore::ServerOptions o;
+    o.listen_fd = fd;
+    o.port = 0;
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    REQUIRE_MESSAGE(r.ok(), r.error().toString());
+    CHECK(r.value()->port() == ntohs(sa.sin_port));
+    RawConn c = conn2(*r.value());
+    CHECK(numKeys(c, true) == 0);
+    CHECK(r.value()->stop().isOk());
+  }
+  SUBCASE("a listen fd that is not a TCP socket, or on another port") {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    tcpstore::ServerOptions o;
+    o.listen_fd = p[0];
+    o.log_level = "error";
+    auto r = tcpstore::Server::start(o);
+    CHECK_FALSE(r.ok());
+    ::close(p[0]);
+    ::close(p[1]);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    socklen_t len = sizeof sa;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    o.listen_fd = fd;
+    o.port = static_cast<std::uint16_t>(ntohs(sa.sin_port) == 1 ? 2 : 1);
+    auto r2 = tcpstore::Server::start(o);
+    REQUIRE_FALSE(r2.ok());
+    CHECK(r2.error().message().find("expected to be bound to port") !=
+          std::string::npos);
+    ::close(fd);
+  }
+  SUBCASE("a bad log level is rejected") {
+    tcpstore::ServerOptions o;
+    o.port = 0;
+    o.log_level = "loud";
+    auto r = tcpstore::Server::start(o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == tcpstore::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("counters count commands, dialects and bytes") {
+  auto s = startServer();
+  RawConn a = conn113(*s);
+  RawConn b = conn2(*s);
+  REQUIRE(a.send(byte(v113::kSet) + str("/c") + str("1")));
+  CHECK(numKeys(a, false) == 1);
+  CHECK(numKeys(b, true) == 1);
+  auto c = s->counters();
+  using tcpstore::protocol::Command;
+  CHECK(c.requests[static_cast<int>(Command::kSet)] == 1);
+  CHECK(c.requests[static_cast<int>(Command::kGetNumKeys)] == 2);
+  CHECK(c.requests[static_cast<int>(Command::kValidate)] == 1);
+  CHECK(c.requests[static_cast<int>(Command::kPing)] == 1);
+  CHECK(c.requests_total == 5);
+  CHECK(c.connections_accepted == 2);
+  CHECK(c.connections_open == 2);
+  CHECK(c.connections_v113 == 1);
+  CHECK(c.connections_v2 == 1);
+  CHECK(eventually([&] { return s->counters().bytes_out == 8 + 8 + 4; }));
+  CHECK(s->countersLine().find("getnumkeys=2") != std::string::npos);
+  CHECK(s->stop().isOk());
+}
