@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tcpstore quick start, for a fresh Debian 12 machine (run as root, or with sudo for apt-get).
+#
+#   ./quickstart.sh server [tcpstore-server flags]   install deps, build, run the server
+#   ./quickstart.sh test                             install deps (incl. torch peers), build, run every test
+#
+# Both are idempotent: a second run skips installed packages, reuses the build
+# directory and the cached torch chroots, and takes seconds before the real work.
+# Environment: BUILD_DIR (default ./build), JOBS (default nproc),
+# TCPSTORE_SKIP_INTEROP=1 to skip the torch interop tests (they are run by default).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=${BUILD_DIR:-$here/build}
+jobs=${JOBS:-$(nproc)}
+
+build_pkgs=(build-essential cmake ninja-build pkg-config libuv1-dev libfmt-dev doctest-dev
+  libbenchmark-dev nlohmann-json3-dev)
+test_pkgs=(python3-torch debootstrap python3-matplotlib)
+
+log() { printf '[quickstart] %s\n' "$*" >&2; }
+
+# Installs the packages of $@ that are missing; apt-get update once, only if needed.
+ensure_pkgs() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+configure_and_build() {
+  if [ ! -f "$build/build.ninja" ]; then
+    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  fi
+  cmake --build "$build" -j "$jobs"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  server)
+    ensure_pkgs "${build_pkgs[@]}"
+    configure_and_build
+    exec "$build/bin/tcpstore-server" "$@"
+    ;;
+  test)
+    ensure_pkgs "${build_pkgs[@]}"
+    if [ "${TCPSTORE_SKIP_INTEROP:-0}" != 1 ]; then
+      ensure_pkgs "${test_pkgs[@]}"
+      log "preparing torch peers (1.13 on the host, 2.6 and 2.14 in cached chroots)"
+      "$here/compat/peers/setup.sh" 1.13 2.6 2.14
+    else
+      log "TCPSTORE_SKIP_INTEROP=1: torch interop tests will be reported as SKIPPED"
+    fi
+    configure_and_build
+    cd "$build"
+    exec ctest --output-on-failure -j "$jobs" "$@"
+    ;;
+  *)
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
