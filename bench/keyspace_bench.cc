@@ -1,0 +1,258 @@
+// keyspace_bench: the store's state machine without I/O.
+//
+//   BM_Set / BM_Get / BM_Add     one request applied (1000 keys, 32-byte
+//   values) BM_WaitRegister/N            N connections each WAIT on one missing
+//   key BM_WakeFanout/N              one SET releasing N waiters (N
+//   STOP_WAITING sends) BM_DisconnectCleanup/N       N waiting connections (4
+//   keys each) disconnect BM_MemoryPerKey              heap bytes per stored
+//   96-byte key (mallinfo2)
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <string>
+#include <vector>
+
+#include "protocol/message.h"
+#include "store/keyspace.h"
+
+namespace {
+
+using tcpstore::protocol::Command;
+using tcpstore::protocol::Request;
+using tcpstore::store::Effects;
+using tcpstore::store::Keyspace;
+
+constexpr int kKeys = 1000;
+
+std::vector<std::string> makeKeys(const char* prefix, int n) {
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    keys.push_back(std::string(prefix) + std::to_string(i));
+  return keys;
+}
+
+bool apply(Keyspace& ks, tcpstore::store::ConnId conn, const Request& req,
+           Effects& fx) {
+  auto st = ks.apply(conn, req, fx);
+  return st.isOk();
+}
+
+void fill(Keyspace& ks, const std::vector<std::string>& keys,
+          const std::string& value) {
+  Effects fx;
+  Request req;
+  req.command = Command::kSet;
+  req.value = value;
+  for (const auto& k : keys) {
+    req.key = k;
+    fx.clear();
+    (void)apply(ks, 1, req, fx);
+  }
+}
+
+void BM_Set(benchmark::State& state) {
+  Keyspace ks;
+  const auto keys = makeKeys("/default_pg/0//cpu//0/", kKeys);
+  const std::string value(32, 'v');
+  Effects fx;
+  Request req;
+  req.command = Command::kSet;
+  req.value = value;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    req.key = keys[i++ % keys.size()];
+    fx.clear();
+    if (!apply(ks, 1, req, fx)) state.SkipWithError("SET failed");
+    benchmark::DoNotOptimize(fx.bytes().data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_Set)->MinTime(0.3);
+
+void BM_Get(benchmark::State& state) {
+  Keyspace ks;
+  const auto keys = makeKeys("/default_pg/0//cpu//0/", kKeys);
+  fill(ks, keys, std::string(32, 'v'));
+  Effects fx;
+  Request req;
+  req.command = Command::kGet;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    req.key = keys[i++ % keys.size()];
+    fx.clear();
+    if (!apply(ks, 1, req, fx)) state.SkipWithError("GET failed");
+    benchmark::DoNotOptimize(fx.bytes().data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_Get)->MinTime(0.3);
+
+void BM_Add(benchmark::State& state) {
+  Keyspace ks;
+  const auto keys = makeKeys("/default_pg/store_based_barrier_key:", kKeys);
+  Effects fx;
+  Request req;
+  req.command = Command::kAdd;
+  req.number = 1;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    req.key = keys[i++ % keys.size()];
+    fx.clear();
+    if (!apply(ks, 1, req, fx)) state.SkipWithError("ADD failed");
+    benchmark::DoNotOptimize(fx.bytes().data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+}
+BENCHMARK(BM_Add)->MinTime(0.3);
+
+// Registers N waits (one per connection) on a missing key.
+void registerWaiters(Keyspace& ks, std::int64_t n, const std::string& key,
+                     Effects& fx) {
+  Request req;
+  req.command = Command::kWait;
+  req.keys.push_back(key);
+  for (std::int64_t c = 0; c < n; ++c) {
+    fx.clear();
+    (void)apply(ks, static_cast<tcpstore::store::ConnId>(100 + c), req, fx);
+  }
+}
+
+void BM_WaitRegister(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  Keyspace ks;
+  Effects fx;
+  const std::string key = "/default_pg/store_based_barrier_key:0:last_worker";
+  Request set;
+  set.command = Command::kSet;
+  set.key = key;
+  set.value = "1";
+  Request del;
+  del.command = Command::kDeleteKey;
+  del.key = key;
+  for (auto _ : state) {
+    registerWaiters(ks, n, key, fx);
+    state.PauseTiming();
+    fx.clear();
+    (void)apply(ks, 1, set, fx);
+    fx.clear();
+    (void)apply(ks, 1, del, fx);
+    state.ResumeTiming();
+  }
+  state.counters["waits"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_WaitRegister)
+    ->Arg(10000)
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_WakeFanout(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  Keyspace ks;
+  Effects fx;
+  const std::string key = "/default_pg/store_based_barrier_key:0:last_worker";
+  Request set;
+  set.command = Command::kSet;
+  set.key = key;
+  set.value = "1";
+  Request del;
+  del.command = Command::kDeleteKey;
+  del.key = key;
+  std::size_t sends = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    registerWaiters(ks, n, key, fx);
+    fx.clear();
+    state.ResumeTiming();
+    if (!apply(ks, 1, set, fx)) state.SkipWithError("SET failed");
+    sends = fx.sends().size();
+    benchmark::DoNotOptimize(fx.bytes().data());
+    state.PauseTiming();
+    fx.clear();
+    (void)apply(ks, 1, del, fx);
+    state.ResumeTiming();
+  }
+  if (sends != static_cast<std::size_t>(n) + 0 &&
+      sends != static_cast<std::size_t>(n) + 1) {
+    state.SkipWithError("wrong number of wake-ups");
+  }
+  state.counters["wakeups"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_WakeFanout)
+    ->Arg(10000)
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+
+// N connections, each waiting on 4 keys (one shared, three of its own), all
+// disconnect: the cost of dropping a crowd of waiters.
+void BM_DisconnectCleanup(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  Keyspace ks;
+  Effects fx;
+  std::vector<std::string> own =
+      makeKeys("/job/rank_", static_cast<int>(n * 3));
+  const std::string shared = "/job/shared_key";
+  for (auto _ : state) {
+    state.PauseTiming();
+    Request req;
+    req.command = Command::kWait;
+    for (std::int64_t c = 0; c < n; ++c) {
+      req.keys.clear();
+      req.keys.push_back(shared);
+      for (int j = 0; j < 3; ++j)
+        req.keys.push_back(own[static_cast<std::size_t>(c * 3 + j)]);
+      fx.clear();
+      (void)apply(ks, static_cast<tcpstore::store::ConnId>(100 + c), req, fx);
+    }
+    state.ResumeTiming();
+    for (std::int64_t c = 0; c < n; ++c)
+      ks.disconnect(static_cast<tcpstore::store::ConnId>(100 + c));
+  }
+  if (ks.numWaitingConnections() != 0)
+    state.SkipWithError("waiters left after disconnect");
+  state.counters["disconnects"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * n), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_DisconnectCleanup)
+    ->Arg(10000)
+    ->MinTime(0.3)
+    ->Unit(benchmark::kMicrosecond);
+
+// Heap bytes per key: M keys of exactly 96 bytes with an 8-byte value, as
+// counted by malloc (mallinfo2: in-use bytes, chunk overhead included).
+void BM_MemoryPerKey(benchmark::State& state) {
+  const std::int64_t m = state.range(0);
+  double per_key = 0;
+  for (auto _ : state) {
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(m));
+    for (std::int64_t i = 0; i < m; ++i) {
+      std::string k = "/default_pg/0//cpu//0/" + std::to_string(i) + "/";
+      k.resize(96, 'k');
+      keys.push_back(std::move(k));
+    }
+    const std::string value(8, 'v');
+    malloc_trim(0);
+    const auto before = mallinfo2().uordblks;
+    {
+      Keyspace ks;
+      fill(ks, keys, value);
+      const auto after = mallinfo2().uordblks;
+      per_key = (static_cast<double>(after) - static_cast<double>(before)) /
+                static_cast<double>(m);
+      if (ks.numKeys() != static_cast<std::size_t>(m))
+        state.SkipWithError("keys missing");
+    }
+  }
+  state.counters["bytes_per_key"] = per_key;
+}
+BENCHMARK(BM_MemoryPerKey)
+    ->Arg(100000)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

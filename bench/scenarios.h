@@ -1,0 +1,71 @@
+// The scenarios of tcpstore-bench: rendezvous, ops (and its echo floor),
+// memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bench/loadgen.h"
+#include "protocol/wire.h"
+
+namespace tcpstore::bench {
+
+enum class BarrierKind { kV113, kV2, kServer };
+
+struct CommonOptions {
+  Endpoint addr;
+  protocol::Dialect dialect = protocol::Dialect::kV2;
+  double timeout_s = 60;
+  int server_pid = 0;
+  int pin_cpu = -1;  // ops: pin generator + server to this CPU while measuring
+  std::string json_path;
+  std::string key_prefix;  // unique per run so repeated runs on one server do
+                           // not collide
+  bool quiet = false;
+  Loop::SourceMode source_mode = Loop::SourceMode::kPorts;
+};
+
+struct RendezvousOptions {
+  int ranks = 64;
+  int conns_per_rank = 0;  // 0: 2 for 1.13, 1 for 2.x
+  BarrierKind barrier = BarrierKind::kV2;
+  bool barrier_set = false;
+  double arrival_spread_s = 0;
+  bool master_poll =
+      true;  // rank 0 polls init/ like the server-owning store object
+  // The machine's floor: the same connections against a raw echo server, with
+  // kFloorRoundTrips round trips of a 22-byte message per rank instead of the
+  // protocol.
+  bool echo_floor = false;
+};
+
+struct OpsOptions {
+  int clients = 1;
+  std::string op = "get";  // set|get|add|mix|echo
+  int pipeline = 1;
+  int idle = 0;
+  double seconds = 3;
+  double warmup_s = 0.5;
+  int keys = 1000;
+  int value_bytes = 32;
+};
+
+struct MemoryOptions {
+  int keys = 100000;
+  int idle = 0;
+  int key_bytes = 96;
+  int value_bytes = 8;
+};
+
+// Each returns the process exit code (0 ok, 1 error, 2 did not finish).
+int runRendezvous(const CommonOptions& common, const RendezvousOptions& opt);
+
+inline constexpr int kFloorRoundTrips = 4;
+// A raw loopback echo server in a forked child: returns its pid (or -1) and
+// sets `ep` to its address. stopChild() terminates and reaps it.
+int startEchoServer(Endpoint& ep);
+void stopChild(int pid);
+int runOps(const CommonOptions& common, const OpsOptions& opt);
+int runMemory(const CommonOptions& common, const MemoryOptions& opt);
+
+}  // namespace tcpstore::bench

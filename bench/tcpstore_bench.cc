@@ -1,0 +1,233 @@
+// tcpstore-bench: an event-driven load generator for any c10d TCPStore server.
+//
+//   tcpstore-bench rendezvous --addr 127.0.0.1:29500 --dialect 1.13 --ranks
+//   4096 tcpstore-bench ops --addr 127.0.0.1:29500 --op get --clients 1 --idle
+//   10000 tcpstore-bench ops --op echo            (the loopback round-trip
+//   floor) tcpstore-bench memory --addr ... --server-pid PID --keys 100000
+//   --idle 1000
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/scenarios.h"
+
+namespace {
+
+using tcpstore::bench::BarrierKind;
+using tcpstore::bench::CommonOptions;
+using tcpstore::bench::MemoryOptions;
+using tcpstore::bench::OpsOptions;
+using tcpstore::bench::RendezvousOptions;
+
+constexpr const char* kUsage = R"(usage: tcpstore-bench MODE [options]
+
+modes:
+  rendezvous  --ranks N [--conns-per-rank 1|2] [--barrier 1.13|2.x|server]
+              [--arrival-spread S] [--no-master-poll]
+              [--echo-floor]  (same connections, 4 raw round trips per rank
+                               against a built-in echo server: the machine's floor)
+  ops         --op set|get|add|mix|echo [--clients C] [--pipeline D] [--idle K]
+              [--seconds T] [--warmup S] [--keys N] [--value-bytes B]
+  memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
+
+common options:
+  --addr HOST:PORT    server address (default 127.0.0.1:29500; ignored by ops --op echo)
+  --dialect 1.13|2.x  wire dialect the clients speak (default 2.x)
+  --server-pid PID    read the server's CPU time / RSS from /proc/PID
+  --timeout S         bound on the whole run, seconds (default 60)
+  --json FILE         also write the result as one JSON object
+  --key-prefix P      key namespace of this run (default: random, so runs never collide)
+  --source ports|addrs|kernel   how client sockets pick their source (IPv4): ports
+                      (default) = explicit round-robin ports on the server's address
+                      (the kernel's own choice gets quadratic with 10k+ connections to
+                      one destination); addrs = 127.S.x.y addresses (beware: servers
+                      that reverse-resolve peers then query DNS); kernel = plain connect
+  --pin-cpu N         run the generator and every thread of --server-pid on CPU N
+                      (restored at exit); for stable round-trip latency on a VM
+  --quiet             no progress lines on stderr
+)";
+
+bool parseDouble(const char* s, double& out) {
+  char* end = nullptr;
+  out = std::strtod(s, &end);
+  return end != s && *end == '\0';
+}
+bool parseInt(const char* s, int& out) {
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0 || v > 100000000) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+int usageError(const std::string& msg) {
+  fmt::print(stderr, "tcpstore-bench: {}\n\n{}", msg, kUsage);
+  return 64;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string_view(argv[1]) == "--help" ||
+      std::string_view(argv[1]) == "-h") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 64 : 0;
+  }
+  const std::string mode = argv[1];
+  if (mode != "rendezvous" && mode != "ops" && mode != "memory") {
+    return usageError("unknown mode '" + mode + "'");
+  }
+  CommonOptions common;
+  RendezvousOptions rdv;
+  OpsOptions ops;
+  MemoryOptions mem;
+  std::string addr = "127.0.0.1:29500";
+  int pin_cpu = -1;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      return argv[++i];
+    };
+    const char* v = nullptr;
+    bool ok = true;
+    if (a == "--quiet") {
+      common.quiet = true;
+      continue;
+    }
+    if (a == "--echo-floor") {
+      rdv.echo_floor = true;
+      continue;
+    }
+    if (a == "--no-master-poll") {
+      rdv.master_poll = false;
+      continue;
+    }
+    if (!(v = value())) return usageError(std::string(a) + " needs a value");
+    if (a == "--addr") {
+      addr = v;
+    } else if (a == "--dialect") {
+      std::string_view d = v;
+      if (d == "1.13") {
+        common.dialect = tcpstore::protocol::Dialect::kV113;
+      } else if (d == "2.x" || d == "2") {
+        common.dialect = tcpstore::protocol::Dialect::kV2;
+      } else {
+        ok = false;
+      }
+    } else if (a == "--server-pid") {
+      ok = parseInt(v, common.server_pid);
+    } else if (a == "--timeout") {
+      ok = parseDouble(v, common.timeout_s) && common.timeout_s > 0 &&
+           common.timeout_s <= 3600;
+    } else if (a == "--json") {
+      common.json_path = v;
+    } else if (a == "--pin-cpu") {
+      ok = parseInt(v, pin_cpu) && pin_cpu < 1024;
+    } else if (a == "--source") {
+      std::string_view m = v;
+      using SM = tcpstore::bench::Loop::SourceMode;
+      if (m == "ports") {
+        common.source_mode = SM::kPorts;
+      } else if (m == "addrs") {
+        common.source_mode = SM::kAddrs;
+      } else if (m == "kernel") {
+        common.source_mode = SM::kKernel;
+      } else {
+        ok = false;
+      }
+    } else if (a == "--key-prefix") {
+      common.key_prefix = v;
+    } else if (a == "--ranks") {
+      ok = parseInt(v, rdv.ranks) && rdv.ranks >= 1 && rdv.ranks <= 1000000;
+    } else if (a == "--conns-per-rank") {
+      ok = parseInt(v, rdv.conns_per_rank) &&
+           (rdv.conns_per_rank == 1 || rdv.conns_per_rank == 2);
+    } else if (a == "--barrier") {
+      std::string_view b = v;
+      rdv.barrier_set = true;
+      if (b == "1.13") {
+        rdv.barrier = BarrierKind::kV113;
+      } else if (b == "2.x" || b == "2") {
+        rdv.barrier = BarrierKind::kV2;
+      } else if (b == "server") {
+        rdv.barrier = BarrierKind::kServer;
+      } else {
+        ok = false;
+      }
+    } else if (a == "--arrival-spread") {
+      ok = parseDouble(v, rdv.arrival_spread_s) && rdv.arrival_spread_s >= 0;
+    } else if (a == "--op") {
+      ops.op = v;
+      ok = ops.op == "set" || ops.op == "get" || ops.op == "add" ||
+           ops.op == "mix" || ops.op == "echo";
+    } else if (a == "--clients") {
+      ok = parseInt(v, ops.clients) && ops.clients >= 1;
+    } else if (a == "--pipeline") {
+      ok = parseInt(v, ops.pipeline) && ops.pipeline >= 1 &&
+           ops.pipeline <= 4096;
+    } else if (a == "--idle") {
+      ok = parseInt(v, ops.idle);
+      mem.idle = ops.idle;
+    } else if (a == "--seconds") {
+      ok = parseDouble(v, ops.seconds) && ops.seconds > 0;
+    } else if (a == "--warmup") {
+      ok = parseDouble(v, ops.warmup_s) && ops.warmup_s >= 0;
+    } else if (a == "--keys") {
+      ok = parseInt(v, ops.keys) && ops.keys >= 1;
+      mem.keys = ops.keys;
+    } else if (a == "--value-bytes") {
+      ok = parseInt(v, ops.value_bytes) && ops.value_bytes <= (8 << 20);
+      mem.value_bytes = ops.value_bytes;
+    } else if (a == "--key-bytes") {
+      ok = parseInt(v, mem.key_bytes) && mem.key_bytes <= 8192;
+    } else {
+      return usageError("unknown option " + std::string(a));
+    }
+    if (!ok) return usageError(fmt::format("bad value '{}' for {}", v, a));
+  }
+  std::string err;
+  if (!tcpstore::bench::parseEndpoint(addr, common.addr, err))
+    return usageError(err);
+  if (!rdv.barrier_set) {
+    rdv.barrier = common.dialect == tcpstore::protocol::Dialect::kV113
+                      ? BarrierKind::kV113
+                      : BarrierKind::kV2;
+  }
+  if (common.key_prefix.empty()) {
+    std::random_device rd;
+    common.key_prefix = fmt::format("b{:08x}", rd());
+  }
+  const std::uint64_t fds = tcpstore::bench::raiseFdLimit();
+  const std::uint64_t need =
+      mode == "rendezvous"
+          ? static_cast<std::uint64_t>(rdv.ranks) *
+                static_cast<std::uint64_t>(
+                    rdv.conns_per_rank ? rdv.conns_per_rank : 2)
+          : static_cast<std::uint64_t>(ops.idle) +
+                static_cast<std::uint64_t>(ops.clients);
+  if (need + 16 > fds && !common.quiet) {
+    fmt::print(stderr,
+               "warning: {} connections need more than the fd limit {}\n", need,
+               fds);
+  }
+  common.pin_cpu = pin_cpu;
+  std::unique_ptr<tcpstore::bench::CpuPin> pin;
+  if (pin_cpu >= 0 && mode != "ops") {
+    pin = std::make_unique<tcpstore::bench::CpuPin>(pin_cpu, common.server_pid);
+    if (!common.quiet) {
+      fmt::print(stderr, "pinned {} thread(s) to CPU {}\n",
+                 pin->pinnedThreads(), pin_cpu);
+    }
+  }
+  if (mode == "rendezvous") return tcpstore::bench::runRendezvous(common, rdv);
+  if (mode == "ops") return tcpstore::bench::runOps(common, ops);
+  return tcpstore::bench::runMemory(common, mem);
+}
