@@ -342,6 +342,7 @@ DecodeResult decodeRequestResumable(std::string_view in, Dialect dialect,
   for (auto [off, len] : st.values) out.values.push_back(in.substr(off, len));
   std::size_t consumed = st.pos;
   st.active = false;
+  st.releaseLargeLists();
   return frame(consumed);
 }
 

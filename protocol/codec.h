@@ -101,6 +101,14 @@ struct ParseState {
     keys = std::move(k);
     values = std::move(v);
   }
+  // List storage kept for the next request; beyond this it is freed when a
+  // request completes, so a connection that once sent a 128Ki-key request
+  // does not hold megabytes for the rest of its life.
+  static constexpr std::size_t kKeepListEntries = 256;
+  void releaseLargeLists() noexcept {
+    if (keys.capacity() > kKeepListEntries) decltype(keys)().swap(keys);
+    if (values.capacity() > kKeepListEntries) decltype(values)().swap(values);
+  }
 };
 DecodeResult decodeRequestResumable(std::string_view in, Dialect dialect,
                                     const Limits& limits, ParseState& state,

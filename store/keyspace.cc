@@ -112,6 +112,12 @@ std::string quoted(std::string_view key) {
   return s;
 }
 
+Status replyTooLarge(std::uint64_t bytes, std::uint64_t limit) {
+  return Status::limitExceeded("reply of " + std::to_string(bytes) +
+                               " bytes over the reply limit " +
+                               std::to_string(limit));
+}
+
 void sendByte(Effects& fx, ConnId conn, std::uint8_t b) {
   appendU8(fx.begin(conn), b);
   fx.end();
@@ -459,14 +465,19 @@ void Keyspace::wakeOne(std::string_view key, Effects& fx) {
 void Keyspace::notifyWatchers(const KeyRegs* kr, std::uint8_t type,
                               std::string_view key, std::string_view old_value,
                               std::string_view new_value, Effects& fx) const {
-  if (kr == nullptr) return;
-  for (const Watch* wa = kr->watch_head; wa != nullptr; wa = wa->next) {
-    std::string& b = fx.begin(wa->conn);
-    appendU8(b, type);
-    appendStr(b, key);
-    appendStr(b, old_value);
-    appendStr(b, new_value);
-    fx.end();
+  if (kr == nullptr || kr->watch_head == nullptr) return;
+  // Every watcher gets the same bytes: build them once (a SET of an 8 MiB
+  // value watched by N connections must not cost N * 16 MiB here).
+  const Watch* first = kr->watch_head;
+  std::string& b = fx.begin(first->conn);
+  appendU8(b, type);
+  appendStr(b, key);
+  appendStr(b, old_value);
+  appendStr(b, new_value);
+  fx.end();
+  const Effects::Send like = fx.sends().back();
+  for (const Watch* wa = first->next; wa != nullptr; wa = wa->next) {
+    fx.repeat(wa->conn, like);
   }
 }
 
@@ -500,6 +511,17 @@ void Keyspace::cancelWaits(ConnId conn, Effects& fx) {
   for (Wait* w = it->second.wait_head; w != nullptr;) {
     Wait* next = w->conn_next;
     releaseWait(w, fx, false);
+    w = next;
+  }
+}
+
+void Keyspace::dropPlainWaits(ConnId conn, Effects& fx) {
+  if (waiting_conns_ == 0) return;
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;
+  for (Wait* w = it->second.wait_head; w != nullptr;) {
+    Wait* next = w->conn_next;
+    if (!w->barrier) releaseWait(w, fx, false);
     w = next;
   }
 }
@@ -603,6 +625,13 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
     }
 
     case Command::kWait: {
+      // One pending plain WAIT per connection, like PyTorch's per-connection
+      // counter: a blocking client sends a new WAIT only after giving up the
+      // previous one (1.13 times out without telling the server), so the
+      // earlier plain waits of this connection are dropped silently.
+      // Otherwise each would later send its own stale STOP_WAITING and shift
+      // every later reply (PyTorch sends at most one).
+      dropPlainWaits(conn, fx);
       keys_scratch_.clear();
       for (std::string_view k : req.keys) {
         if (!present(k)) keys_scratch_.push_back(k);
@@ -640,6 +669,16 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
     }
 
     case Command::kAppend: {
+      const Entry* cur = table_.find(req.key);
+      const std::uint64_t grown =
+          (cur == nullptr ? 0 : std::uint64_t{cur->value.size()}) +
+          req.value.size();
+      if (grown > options_.max_value_bytes) {
+        return Status::limitExceeded(
+            "APPEND would grow the value of key " + quoted(req.key) + " to " +
+            std::to_string(grown) + " bytes, over the value limit " +
+            std::to_string(options_.max_value_bytes));
+      }
       auto [e, created] = table_.findOrInsert(req.key);
       KeyRegs* kr = regsOf(req.key);
       if (kr != nullptr && kr->watch_head != nullptr)
@@ -657,6 +696,14 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
                                          quoted(k));
           }
         }
+      }
+      std::uint64_t total = 0;
+      for (std::string_view k : req.keys) {
+        const Entry* e = table_.find(k);
+        total += 8 + (e == nullptr ? 0 : std::uint64_t{e->value.size()});
+      }
+      if (total > options_.max_reply_bytes) {
+        return replyTooLarge(total, options_.max_reply_bytes);
       }
       std::string& b = fx.begin(conn);
       for (std::string_view k : req.keys) {
@@ -714,6 +761,11 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
       return Status::ok();
 
     case Command::kListKeys: {
+      std::uint64_t total = 8;
+      table_.forEach([&total](const Entry& e) { total += 8 + e.key_size; });
+      if (total > options_.max_reply_bytes) {
+        return replyTooLarge(total, options_.max_reply_bytes);
+      }
       std::string& b = fx.begin(conn);
       appendI64(b, static_cast<std::int64_t>(table_.size()));
       table_.forEach([&b](const Entry& e) { appendStr(b, e.key()); });

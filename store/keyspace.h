@@ -29,8 +29,8 @@ class Effects {
  public:
   struct Send {
     ConnId conn;
-    std::uint32_t offset;  // into bytes()
-    std::uint32_t length;
+    std::size_t offset;  // into bytes(); several sends may share a range
+    std::size_t length;
   };
 
   void clear() noexcept {
@@ -52,11 +52,12 @@ class Effects {
   }
   void end() {
     auto len = bytes_.size() - open_offset_;
-    if (len > 0) {
-      sends_.push_back(Send{open_conn_,
-                            static_cast<std::uint32_t>(open_offset_),
-                            static_cast<std::uint32_t>(len)});
-    }
+    if (len > 0) sends_.push_back(Send{open_conn_, open_offset_, len});
+  }
+  // Sends the bytes of an earlier send again, to `conn`, without copying
+  // them (one watch notification for many watchers).
+  void repeat(ConnId conn, const Send& like) {
+    sends_.push_back(Send{conn, like.offset, like.length});
   }
 
  private:
@@ -74,13 +75,25 @@ struct KeyspaceOptions {
   // GET (and MULTI_GET) of a missing key: false closes the connection like
   // every verified server; true answers an empty value like the libuv backend.
   bool get_missing_returns_empty = false;
+  // Longest value APPEND may build (SET is bounded by the codec's value
+  // limit; without this, repeated APPENDs grow one value without bound).
+  // An APPEND past it is an error for that connection, the value unchanged.
+  std::uint64_t max_value_bytes = UINT64_MAX;
+  // Largest reply a MULTI_GET or LIST_KEYS may produce (a 1 MiB MULTI_GET
+  // naming one 8 MiB value 128Ki times would otherwise make the server build
+  // a 1 TiB reply). Over it: an error for that connection, nothing built.
+  // (GET, COMPARE_SET and QUEUE_POP replies are bounded by max_value_bytes.)
+  std::uint64_t max_reply_bytes = UINT64_MAX;
 };
 
 // PyTorch's semantics (protocol.md §3, §4), with these deliberate choices
 // where PyTorch is buggy or silent:
-//  - WAIT registers one wait per request that counts its distinct missing
-//    keys; a connection may hold several (each gets its own STOP_WAITING, in
-//    completion order). PyTorch keeps one counter per connection.
+//  - WAIT registers one wait that counts its distinct missing keys, and
+//    replaces (silently drops) any plain wait the connection still had
+//    pending: a blocking client only sends a new WAIT after giving up the
+//    previous one. PyTorch keeps one counter per connection, overwritten by
+//    each WAIT, so it too sends one STOP_WAITING for the latest WAIT; unlike
+//    PyTorch, keys of an abandoned wait can no longer release the new one.
 //  - BARRIER: a barrier waiter is released when the counter at its key parses
 //    as >= its world_size (after any waking write: ADD, SET, APPEND, ...), or
 //    when a BARRIER call completes the count (that releases every waiter on
@@ -261,6 +274,7 @@ class Keyspace {
   void addWait(ConnId conn, bool barrier, std::int64_t world_size,
                const std::vector<std::string_view>& keys);
   void cancelWaits(ConnId conn, Effects& fx);
+  void dropPlainWaits(ConnId conn, Effects& fx);
   void destroyAll() noexcept;
 
   KeyspaceOptions options_;

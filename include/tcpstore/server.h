@@ -15,11 +15,24 @@
 namespace tcpstore {
 
 struct ServerLimits {
-  std::uint64_t max_key_bytes = 8 * 1024;                         // libuv: 8 KiB
-  std::uint64_t max_value_bytes = 8 * 1024 * 1024;                // libuv: 8 MiB
-  std::uint64_t max_keys_per_request = 128 * 1024;                // libuv: 128 Ki
-  std::uint64_t max_request_bytes = 256ull * 1024 * 1024;         // one request, all fields
-  std::uint64_t max_buffered_output_bytes = 64ull * 1024 * 1024;  // per connection
+  std::uint64_t max_key_bytes = 8 * 1024;           // libuv: 8 KiB
+  std::uint64_t max_value_bytes = 8 * 1024 * 1024;  // libuv: 8 MiB
+  std::uint64_t max_keys_per_request = 128 * 1024;  // libuv: 128 Ki
+  // One request, all fields.
+  std::uint64_t max_request_bytes = 256ull * 1024 * 1024;
+  // Unsent replies of one connection before it is paused (dropped at twice).
+  std::uint64_t max_buffered_output_bytes = 64ull * 1024 * 1024;
+  // All connections together: a push the receiver did not ask for (a watch
+  // notification, a STOP_WAITING) that would take the server's unsent output
+  // past this drops the receiver instead, if it is behind (would hold over
+  // 4 KiB unsent). One SET of an 8 MiB value watched by thousands of
+  // connections must not queue thousands of copies, nor a flood of small
+  // SETs queue notifications for watchers that never read.
+  std::uint64_t max_total_output_bytes = 1024ull * 1024 * 1024;
+  // A connection paused for output over max_buffered_output_bytes whose
+  // replies then make no progress for this long is dropped (0: never).
+  // PyTorch clients never get paused: they read every reply.
+  std::uint64_t stalled_reader_ms = 30000;
 };
 
 struct ServerOptions {
@@ -54,12 +67,19 @@ struct ServerCounters {
   std::uint64_t connections_v113 = 0;  // connections decided as 1.13
   std::uint64_t connections_v2 = 0;    // connections decided as 2.x
   // Connections closed by the server, by reason.
-  std::uint64_t rejected_protocol = 0;  // bad bytes (unknown command, bad magic, ...)
-  std::uint64_t rejected_limit = 0;     // a length/count over a limit
-  std::uint64_t rejected_semantic = 0;  // ADD on non-numeric, GET of missing key, ...
-  std::uint64_t rejected_slow_reader = 0;  // output cap exceeded
-  std::uint64_t accept_errors = 0;         // EMFILE/ENFILE and other accept failures
-  std::uint64_t connections_shed = 0;      // accepted and closed at once while out of fds
+  // Bad bytes (unknown command, bad magic, ...).
+  std::uint64_t rejected_protocol = 0;
+  // A length/count over a limit, also an APPEND past the value limit or a
+  // MULTI_GET/LIST_KEYS reply past the reply limit.
+  std::uint64_t rejected_limit = 0;
+  // ADD on non-numeric, GET of missing key, ...
+  std::uint64_t rejected_semantic = 0;
+  // Output cap exceeded, or a large notification past the total budget.
+  std::uint64_t rejected_slow_reader = 0;
+  // EMFILE/ENFILE and other accept failures.
+  std::uint64_t accept_errors = 0;
+  // Accepted and closed at once while out of fds.
+  std::uint64_t connections_shed = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
 };
@@ -88,7 +108,7 @@ class Server {
   void wait();
 
   ServerCounters counters() const;
-  // One-line summary of counters ("requests set=3 get=5 ... conns accepted=2 ...").
+  // One-line summary of counters ("requests set=3 get=5 ... conns ...").
   std::string countersLine() const;
 
   struct Impl;

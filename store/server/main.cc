@@ -48,6 +48,11 @@ dialect is detected per connection).
   --max-request-bytes N    largest single request (default 268435456)
   --max-output-bytes N     unsent reply bytes per connection before it is paused
                            (dropped at twice this; default 67108864)
+  --max-total-output-bytes N  unsent bytes over all connections past which a
+                           large watch notification drops its receiver
+                           (default 1073741824)
+  --stalled-reader-ms N    drop a connection paused for output once its replies
+                           made no progress this long (default 30000; 0: never)
   --classic-compare-set    COMPARE_SET does not wake waiters (classic servers)
   --log-level L            error, warn, info (default) or debug
   --help                   show this help
@@ -148,6 +153,11 @@ int main(int argc, char** argv) {
       if (opts.limits.max_buffered_output_bytes == 0) {
         return usageError("--max-output-bytes must be > 0");
       }
+    } else if (arg == "--max-total-output-bytes") {
+      if (!needValue(arg, opts.limits.max_total_output_bytes))
+        return kExitUsage;
+    } else if (arg == "--stalled-reader-ms") {
+      if (!needValue(arg, opts.limits.stalled_reader_ms)) return kExitUsage;
     } else if (arg == "--classic-compare-set") {
       if (has_inline) return usageError("--classic-compare-set takes no value");
       opts.compare_set_wakes = false;

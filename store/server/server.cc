@@ -227,6 +227,15 @@ store::KeyspaceOptions keyspaceOptions(const ServerOptions& o) {
   ko.compare_set_wakes = o.compare_set_wakes;
   ko.get_missing_returns_empty =
       false;  // GET of a missing key closes, like every real server
+  ko.max_value_bytes = o.limits.max_value_bytes;
+  // A reply over twice the output cap could never be delivered (the
+  // connection is dropped as a slow reader); refuse to build it.
+  const std::uint64_t cap = o.limits.max_buffered_output_bytes;
+  const std::uint64_t two_caps = cap > UINT64_MAX / 2 ? UINT64_MAX : 2 * cap;
+  const std::uint64_t one_value = o.limits.max_value_bytes > UINT64_MAX - 8
+                                      ? UINT64_MAX
+                                      : o.limits.max_value_bytes + 8;
+  ko.max_reply_bytes = std::max(two_caps, one_value);
   return ko;
 }
 }  // namespace
@@ -239,6 +248,7 @@ struct Server::Impl {
     limits.max_keys_per_request = o.limits.max_keys_per_request;
     limits.max_request_bytes = o.limits.max_request_bytes;
     limits.max_buffered_output_bytes = o.limits.max_buffered_output_bytes;
+    stall_ms = o.limits.stalled_reader_ms;
   }
 
   // ---- setup (caller thread, before the loop thread exists) --------------
@@ -264,6 +274,7 @@ struct Server::Impl {
   static void onStopTimer(uv_timer_t* timer) noexcept;
   static void onHandleClosed(uv_handle_t* handle) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
+  static void onStallTimer(uv_timer_t* timer) noexcept;
 
   void acceptAll();
   void adopt(int fd, const sockaddr_storage& peer);
@@ -276,7 +287,7 @@ struct Server::Impl {
   std::size_t drain(ServerConn* c, const char* data, std::size_t len);
   void drainBuffered(ServerConn* c);
   void dispatch(ServerConn* self);
-  void appendOutput(ServerConn* t, std::string_view bytes);
+  void appendOutput(ServerConn* t, std::string_view bytes, bool requested);
   void flush(ServerConn* c);
   void checkOutputCap(ServerConn* t);
   void maybeResume(ServerConn* c);
@@ -297,6 +308,7 @@ struct Server::Impl {
 
   ServerOptions options;
   protocol::Limits limits;
+  std::uint64_t stall_ms = 0;  // options.limits.stalled_reader_ms
   int log_level = static_cast<int>(LogLevel::kInfo);
 
   uv_loop_t loop{};
@@ -319,6 +331,11 @@ struct Server::Impl {
   bool async_inited = false;
   bool check_inited = false;
   bool timer_inited = false;
+  // Drops paused connections whose output made no progress for
+  // limits.stalled_reader_ms; runs only while some connection is paused.
+  uv_timer_t stall_timer{};
+  bool stall_timer_inited = false;
+  std::vector<ConnId> paused_ids;  // may hold stale or repeated ids
   bool loop_handles_closing = false;
   int open_handles = 0;  // loop-owned handles (not connections) still open
 
@@ -327,6 +344,8 @@ struct Server::Impl {
   protocol::Request req;
   std::unordered_map<ConnId, ServerConn*> conns;
   std::vector<ServerConn*> dirty;
+  // Sum of outputBytes() over open connections.
+  std::uint64_t total_output = 0;
   ConnId next_id = 1;
   std::unique_ptr<char[]> scratch{new char[kScratchBytes]};
   bool stopping = false;
@@ -381,6 +400,10 @@ struct ServerConn {
   bool close_after_flush =
       false;  // peer half-closed: close once replies are out
   bool dialect_noted = false;
+  // While paused: when its output last made progress, and the libuv write
+  // queue size seen then.
+  std::uint64_t progress_ms = 0;
+  std::size_t progress_queue = 0;
 
   std::size_t outputBytes() const noexcept {
     return pending.size() + inflight.size();
@@ -436,6 +459,10 @@ Status Server::Impl::init() {
   uv_timer_init(&loop, &stop_timer);
   stop_timer.data = this;
   timer_inited = true;
+  ++open_handles;
+  uv_timer_init(&loop, &stall_timer);
+  stall_timer.data = this;
+  stall_timer_inited = true;
   ++open_handles;
   return bindAndListen();
 }
@@ -623,6 +650,7 @@ void Server::Impl::teardownAfterFailedInit() {
   closeIf(async_inited, &stop_async);
   closeIf(check_inited, &flush_check);
   closeIf(timer_inited, &stop_timer);
+  closeIf(stall_timer_inited, &stall_timer);
   uv_run(&loop, UV_RUN_DEFAULT);
   (void)uv_loop_close(&loop);
   loop_inited = false;
@@ -953,7 +981,10 @@ std::size_t Server::Impl::drain(ServerConn* c, const char* data,
     fx.clear();
     Status st = keyspace.apply(c->id, req, fx);
     if (!st.isOk()) {
-      rejectConn(c, ctr.rejected_semantic,
+      rejectConn(c,
+                 st.code() == StatusCode::kLimitExceeded
+                     ? ctr.rejected_limit
+                     : ctr.rejected_semantic,
                  fmt::format("{} rejected: {}",
                              protocol::commandName(req.command), st.message()));
       return off;
@@ -963,6 +994,8 @@ std::size_t Server::Impl::drain(ServerConn* c, const char* data,
       noteInitWrite();
     }
     dispatch(c);
+    // One huge MULTI_GET/LIST_KEYS reply must not pin its buffer for good.
+    if (fx.bytes().capacity() > kKeepOutputBytes) fx = store::Effects();
     off += r.consumed;
   }
   return off;
@@ -1013,13 +1046,31 @@ void Server::Impl::dispatch(ServerConn* self) {
       if (it == conns.end()) continue;
       t = it->second;
     }
-    appendOutput(t, fx.bytesOf(send));
+    appendOutput(t, fx.bytesOf(send), t == self);
   }
 }
 
-void Server::Impl::appendOutput(ServerConn* t, std::string_view bytes) {
+// Under the server-wide output budget, a push the receiver did not ask for
+// (STOP_WAITING, watch notification) drops the receiver only if it is behind:
+// it would then hold more than this many unsent bytes. An idle waiter always
+// gets its byte.
+constexpr std::size_t kBehindBytes = 4096;
+
+void Server::Impl::appendOutput(ServerConn* t, std::string_view bytes,
+                                bool requested) {
   if (t->closing) return;
+  if (!requested &&
+      total_output + bytes.size() > options.limits.max_total_output_bytes &&
+      t->outputBytes() + bytes.size() > kBehindBytes) {
+    rejectConn(t, ctr.rejected_slow_reader,
+               fmt::format("{} unsent bytes while the server's unsent output "
+                           "is past its budget of {} bytes",
+                           t->outputBytes() + bytes.size(),
+                           options.limits.max_total_output_bytes));
+    return;
+  }
   t->pending.append(bytes.data(), bytes.size());
+  total_output += bytes.size();
   if (!t->dirty) {
     t->dirty = true;
     dirty.push_back(t);
@@ -1043,7 +1094,51 @@ void Server::Impl::checkOutputCap(ServerConn* t) {
   } else if (out > cap && !t->paused) {
     t->paused = true;
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&t->tcp));
+    if (stall_ms > 0 && !stopping) {
+      t->progress_ms = uv_now(&loop);
+      t->progress_queue = SIZE_MAX;  // first check records the queue size
+      paused_ids.push_back(t->id);
+      if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&stall_timer))) {
+        const std::uint64_t every =
+            std::clamp<std::uint64_t>(stall_ms / 4, 1, 1000);
+        uv_timer_start(&stall_timer, &Impl::onStallTimer, every, every);
+      }
+    }
   }
+}
+
+// A paused connection is dropped once its output took no byte for
+// stalled_reader_ms: a client that never reads is paused, then dropped.
+void Server::Impl::onStallTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Impl*>(timer->data);
+  const std::uint64_t now = uv_now(&s->loop);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < s->paused_ids.size(); ++i) {
+    auto it = s->conns.find(s->paused_ids[i]);
+    if (it == s->conns.end()) continue;
+    ServerConn* c = it->second;
+    if (c->closing || !c->paused) continue;
+    const std::size_t queued =
+        uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c->tcp));
+    if (queued < c->progress_queue) {
+      if (c->progress_queue != SIZE_MAX) c->progress_ms = now;
+      c->progress_queue = queued;
+    }
+    if (now - c->progress_ms >= s->stall_ms) {
+      try {
+        s->rejectConn(c, s->ctr.rejected_slow_reader,
+                      fmt::format("slow reader: {} bytes of replies not "
+                                  "taken for {} ms",
+                                  c->outputBytes(), now - c->progress_ms));
+      } catch (...) {
+        s->closeConn(c);
+      }
+      continue;
+    }
+    s->paused_ids[kept++] = c->id;
+  }
+  s->paused_ids.resize(kept);
+  if (kept == 0) uv_timer_stop(&s->stall_timer);
 }
 
 void Server::Impl::onCheck(uv_check_t* check) noexcept {
@@ -1079,6 +1174,8 @@ void Server::Impl::flush(ServerConn* c) {
   }
   auto written = static_cast<std::size_t>(r);
   bump(ctr.bytes_out, written);
+  if (written > 0) c->progress_ms = uv_now(&loop);
+  total_output -= written;
   if (written == c->pending.size()) {
     c->pending.clear();
     if (c->pending.capacity() > kKeepOutputBytes)
@@ -1126,6 +1223,8 @@ void Server::Impl::onWrite(uv_write_t* wreq, int status) noexcept {
     return;
   }
   bump(s->ctr.bytes_out, c->inflight.size());
+  c->progress_ms = uv_now(&s->loop);
+  s->total_output -= c->inflight.size();
   c->inflight.clear();
   if (c->inflight.capacity() > kKeepOutputBytes)
     std::string().swap(c->inflight);
@@ -1211,6 +1310,7 @@ void Server::Impl::onLogTimer(uv_timer_t* timer) noexcept {
 void Server::Impl::closeConn(ServerConn* c) {
   if (c->closing) return;
   c->closing = true;
+  total_output -= c->outputBytes();  // nothing more is sent or counted for c
   keyspace.disconnect(c->id);
   conns.erase(c->id);
   bump(ctr.connections_closed);
@@ -1288,6 +1388,7 @@ void Server::Impl::closeLoopHandles() {
   closeOne(reinterpret_cast<uv_handle_t*>(&stop_timer));
   closeOne(reinterpret_cast<uv_handle_t*>(&accept_retry));
   closeOne(reinterpret_cast<uv_handle_t*>(&log_timer));
+  closeOne(reinterpret_cast<uv_handle_t*>(&stall_timer));
   closeListener();
 }
 

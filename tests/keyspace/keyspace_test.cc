@@ -278,23 +278,41 @@ TEST_CASE("DELETE_KEY after registration does not release, a later SET does") {
   CHECK(classic.run(1, set("/k", "v")) == expect({{2, u8(0)}}));
 }
 
-TEST_CASE("several waits on one connection each get their own STOP_WAITING") {
+TEST_CASE("a new WAIT replaces the connection's pending wait") {
+  // PyTorch keeps one counter per connection, overwritten by each WAIT: a
+  // 1.13 client that timed out (telling the server nothing) and waits again
+  // gets exactly one STOP_WAITING. Two here would shift every later reply.
   Harness h;
-  REQUIRE(h.run(1, waitKeys({"/a", "/b"})).empty());
-  REQUIRE(h.run(1, waitKeys({"/b"})).empty());
-  REQUIRE(h.run(1, waitKeys({"/c"})).empty());
-  CHECK(h.ks.numWaitingConnections() == 1);
-  CHECK(h.ks.numPendingWaits() == 3);
-  // completion order, not registration order
-  CHECK(h.run(2, set("/b", "1")) == expect({{1, u8(0)}}));
-  CHECK(h.run(2, set("/c", "1")) == expect({{1, u8(0)}}));
+  REQUIRE(h.run(1, waitKeys({"/r"})).empty());
+  REQUIRE(h.run(1, waitKeys({"/r"})).empty());
   CHECK(h.ks.numPendingWaits() == 1);
-  CHECK(h.run(2, set("/a", "1")) == expect({{1, u8(0)}}));
+  CHECK(h.run(2, set("/r", "1")) == expect({{1, u8(0)}}));
   CHECK(h.ks.numWaitingConnections() == 0);
-  // two waits completed by the same write: two bytes
+  // The abandoned wait's keys no longer count for the new one.
+  REQUIRE(h.run(1, waitKeys({"/a", "/b"})).empty());
+  REQUIRE(h.run(1, waitKeys({"/c"})).empty());
+  CHECK(h.run(2, set("/a", "1")).empty());
+  CHECK(h.run(2, set("/b", "1")).empty());
+  CHECK(h.run(2, set("/c", "1")) == expect({{1, u8(0)}}));
+  CHECK(h.ks.numPendingWaits() == 0);
+  // A WAIT answered at once also drops the abandoned one.
   REQUIRE(h.run(1, waitKeys({"/d"})).empty());
-  REQUIRE(h.run(1, waitKeys({"/d", "/d"})).empty());
-  CHECK(h.run(2, set("/d", "1")) == expect({{1, u8(0)}, {1, u8(0)}}));
+  CHECK(h.run(1, waitKeys({"/a"})) == expect({{1, u8(0)}}));
+  CHECK(h.run(2, set("/d", "1")).empty());
+  // Other connections' waits are untouched.
+  REQUIRE(h.run(3, waitKeys({"/e"})).empty());
+  REQUIRE(h.run(1, waitKeys({"/e"})).empty());
+  REQUIRE(h.run(1, waitKeys({"/e", "/e"})).empty());
+  CHECK(h.run(2, set("/e", "1")) == expect({{3, u8(0)}, {1, u8(0)}}));
+}
+
+TEST_CASE("a WAIT does not drop the connection's pending BARRIER") {
+  Harness h;
+  REQUIRE(h.run(1, barrier("/bar", 2)).empty());
+  REQUIRE(h.run(1, waitKeys({"/w"})).empty());
+  CHECK(h.ks.numPendingWaits() == 2);
+  CHECK(h.run(2, barrier("/bar", 2)) == expect({{2, u8(0)}, {1, u8(0)}}));
+  CHECK(h.run(2, set("/w", "1")) == expect({{1, u8(0)}}));
 }
 
 TEST_CASE("CANCEL_WAIT") {
@@ -743,6 +761,70 @@ TEST_CASE("a moved keyspace keeps its keys, waits and watches") {
   CHECK(c.numKeys() == 2);
   CHECK(c.numWaitingConnections() == 0);
   CHECK(*c.find("/k") == "v");
+}
+
+TEST_CASE("watch notifications to many watchers share one copy of the bytes") {
+  // One SET of a large value watched by N connections must not build N
+  // copies (N * 2 values) before the server can drop any slow watcher.
+  using E = WatchEvent;
+  Harness h;
+  constexpr ConnId kWatchers = 100;
+  for (ConnId c = 10; c < 10 + kWatchers; ++c) {
+    REQUIRE(h.run(c, watch("/big")) == expect({{c, u8(3)}}));
+  }
+  const std::string value(4096, 'v');
+  REQUIRE(h.apply(1, set("/big", value)).isOk());
+  const std::string one = note(E::kCreated, "/big", "", value);
+  REQUIRE(h.fx.sends().size() == kWatchers);
+  CHECK(h.fx.bytes().size() == one.size());
+  ConnId expected_conn = 10;
+  for (const auto& s : h.fx.sends()) {
+    CHECK(s.conn == expected_conn++);
+    CHECK(h.fx.bytesOf(s) == one);
+  }
+}
+
+TEST_CASE("APPEND past max_value_bytes is an error that changes nothing") {
+  KeyspaceOptions o;
+  o.max_value_bytes = 10;
+  Harness h(o);
+  REQUIRE(h.run(2, waitKeys({"/ap"})).empty());
+  CHECK(h.run(1, append("/ap", "0123456")) == expect({{2, u8(0)}}));
+  CHECK(h.run(1, append("/ap", "789")).empty());
+  CHECK(h.value("/ap") == "0123456789");
+  Status st = h.apply(1, append("/ap", "x"));
+  CHECK(st.code() == StatusCode::kLimitExceeded);
+  CHECK(h.fx.sends().empty());
+  CHECK(h.value("/ap") == "0123456789");
+  // Creating a key through APPEND is bounded the same way.
+  CHECK(h.apply(1, append("/new", std::string(11, 'n'))).code() ==
+        StatusCode::kLimitExceeded);
+  CHECK(h.value("/new") == "<missing>");
+}
+
+TEST_CASE("MULTI_GET and LIST_KEYS over max_reply_bytes build nothing") {
+  KeyspaceOptions o;
+  o.max_reply_bytes = 100;
+  Harness h(o);
+  const std::string v(40, 'x');
+  REQUIRE(h.run(1, set("/m", v)).empty());
+  // 2 * (8 + 40) = 96 bytes: fits.
+  CHECK(h.run(1, multiGet({"/m", "/m"})) == expect({{1, str(v) + str(v)}}));
+  // The same key three times: 144 bytes.
+  Status st = h.apply(1, multiGet({"/m", "/m", "/m"}));
+  CHECK(st.code() == StatusCode::kLimitExceeded);
+  CHECK(h.fx.sends().empty());
+  CHECK(h.fx.bytes().empty());
+  // LIST_KEYS: 8 + (8 + 2) per key; 9 keys = 98 bytes fit, 10 do not.
+  Harness l(o);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 10; ++i) keys.push_back("/" + std::to_string(i));
+  for (int i = 0; i < 9; ++i) REQUIRE(l.run(1, set(keys[i], "")).empty());
+  CHECK(l.apply(1, req(Command::kListKeys)).isOk());
+  REQUIRE(l.run(1, set(keys[9], "")).empty());
+  CHECK(l.apply(1, req(Command::kListKeys)).code() ==
+        StatusCode::kLimitExceeded);
+  CHECK(l.fx.bytes().empty());
 }
 
 }  // namespace

@@ -631,5 +631,27 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a 128Ki-key request leaves no per-connection list storage behind") {
+  // A connection's parse state outlives its requests: one large CHECK (or
+  // MULTI_SET) must not pin megabytes of (offset, length) pairs per
+  // connection for the rest of its life.
+  Limits limits;
+  std::string msg = code(Dialect::kV2, Command::kCheck) + u64(100000);
+  for (int i = 0; i < 100000; ++i) msg += str("");
+  std::string pairs = code(Dialect::kV2, Command::kMultiSet) + u64(50000);
+  for (int i = 0; i < 50000; ++i) pairs += str("k") + str("");
+  for (const std::string* m : {&msg, &pairs}) {
+    detail::ParseState st;
+    Request out;
+    DecodeResult r =
+        detail::decodeRequestResumable(*m, Dialect::kV2, limits, st, out);
+    REQUIRE(r.frame());
+    CHECK(r.consumed == m->size());
+    CHECK(out.keys.size() >= 50000);
+    CHECK(st.keys.capacity() <= detail::ParseState::kKeepListEntries);
+    CHECK(st.values.capacity() <= detail::ParseState::kKeepListEntries);
+  }
+}
+
 }  // namespace
 }  // namespace tcpstore::protocol

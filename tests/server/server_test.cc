@@ -608,3 +608,165 @@ TEST_CASE("counters count commands, dialects and bytes") {
   CHECK(s->countersLine().find("getnumkeys=2") != std::string::npos);
   CHECK(s->stop().isOk());
 }
+
+TEST_CASE("a 1.13 WAIT retried after a client-side timeout gets one byte") {
+  // 1.13 clients time out a wait without telling the server and may wait
+  // again on the same connection. PyTorch's per-connection counter sends one
+  // STOP_WAITING for both; a second byte would be read as the start of the
+  // next reply (here GETNUMKEYS).
+  auto s = startServer();
+  RawConn a = conn113(*s);
+  RawConn b = conn2(*s);
+  REQUIRE(a.send(keysMsg(v113::kWait, {"/retry"})));
+  CHECK(a.quiet(milliseconds(50)));  // "timed out"
+  REQUIRE(a.send(keysMsg(v113::kWait, {"/retry"})));
+  CHECK(a.quiet(milliseconds(50)));
+  REQUIRE(b.send(byte(v2::kSet) + str("/retry") + str("x")));
+  CHECK(a.recv(1) == byte(0x00));
+  CHECK(numKeys(a, false) == 1);
+  CHECK(a.quiet(milliseconds(50)));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("a MULTI_GET whose reply exceeds the output limit closes only it") {
+  // 128 KiB of output allowed: a MULTI_GET naming a 60 KiB value 100 times
+  // asks for 6 MB. It is refused before anything is built or written.
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  o.limits.max_value_bytes = 64 * 1024;
+  auto s = startServer(o);
+  RawConn keeper = conn2(*s);
+  REQUIRE(keeper.send(byte(v2::kSet) + str("/mg") +
+                      str(std::string(60 * 1024, 'm'))));
+  CHECK(numKeys(keeper, true) == 1);
+  const auto before = s->counters();
+  RawConn greedy = conn2(*s);
+  std::vector<std::string_view> keys(100, "/mg");
+  std::string msg = byte(v2::kMultiGet) + u64le(keys.size());
+  for (auto k : keys) msg += str(k);
+  REQUIRE(greedy.send(msg));
+  std::string got;
+  CHECK(greedy.waitClosed(&got, scaled(10000)));
+  CHECK(got.empty());
+  const auto after = s->counters();
+  CHECK(after.rejected_limit == before.rejected_limit + 1);
+  CHECK(after.rejected_slow_reader == before.rejected_slow_reader);
+  CHECK(after.bytes_out - before.bytes_out < 1024);
+  // Two copies fit and are served.
+  RawConn fine = conn2(*s);
+  REQUIRE(fine.send(keysMsg(v2::kMultiGet, {"/mg", "/mg"})));
+  CHECK(fine.recv(2 * (8 + 60 * 1024), scaled(10000)).size() ==
+        2 * (8 + 60 * 1024));
+  CHECK(numKeys(keeper, true) == 1);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("APPEND cannot grow a value past the value limit") {
+  tcpstore::ServerOptions o;
+  o.limits.max_value_bytes = 100;
+  auto s = startServer(o);
+  RawConn c = conn2(*s);
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(c.send(byte(v2::kAppend) + str("/ap") + str("0123456789")));
+  }
+  CHECK(get(c, true, "/ap").size() == 100);
+  REQUIRE(c.send(byte(v2::kAppend) + str("/ap") + str("x")));
+  CHECK(c.waitClosed(nullptr, scaled(5000)));
+  CHECK(s->counters().rejected_limit == 1);
+  std::string expected;
+  for (int i = 0; i < 10; ++i) expected += "0123456789";
+  RawConn d = conn2(*s);
+  CHECK(get(d, true, "/ap") == expected);
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE(
+    "watchers of a large value are dropped past the total output budget") {
+  // A notification carries old and new value (~60 KiB here). With a 150 KiB
+  // server-wide budget two non-reading watchers fit; the others are dropped
+  // instead of each queueing a copy. The setter and the first two watchers
+  // are served.
+  tcpstore::ServerOptions o;
+  o.limits.max_total_output_bytes = 150 * 1024;
+  auto s = startServer(o);
+  constexpr int kWatchers = 10;
+  std::vector<RawConn> watchers;
+  for (int i = 0; i < kWatchers; ++i) {
+    watchers.push_back(conn113(*s));
+    REQUIRE(watchers.back().send(byte(v113::kWatchKey) + str("/wb")));
+    REQUIRE(watchers.back().recv(1) == byte(0x03));
+  }
+  RawConn setter = conn113(*s);
+  REQUIRE(setter.send(byte(v113::kSet) + str("/wb") + str("a")));
+  const std::string created = byte(0x01) + str("/wb") + str("") + str("a");
+  for (auto& w : watchers) CHECK(w.recv(created.size()) == created);
+  const auto before = s->counters();
+  const std::string big(60 * 1024, 'b');
+  REQUIRE(setter.send(byte(v113::kSet) + str("/wb") + str(big)));
+  CHECK(numKeys(setter, false) == 1);
+  const auto after = s->counters();
+  CHECK(after.rejected_slow_reader - before.rejected_slow_reader ==
+        kWatchers - 2);
+  const std::string updated = byte(0x00) + str("/wb") + str("a") + str(big);
+  CHECK(watchers[0].recv(updated.size(), scaled(5000)) == updated);
+  CHECK(watchers[1].recv(updated.size(), scaled(5000)) == updated);
+  for (int i = 2; i < kWatchers; ++i) CHECK(watchers[i].waitClosed());
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("a flood of small notifications drops watchers that do not read") {
+  // Each SET is small, but every non-reading watcher queues a notification
+  // per SET. Past the server-wide budget (1 MiB here) those that are behind
+  // are dropped, long before each reaches its own 2 x 64 MiB output cap. A
+  // waiter that is not behind still gets its STOP_WAITING.
+  tcpstore::ServerOptions o;
+  o.limits.max_total_output_bytes = 1024 * 1024;
+  auto s = startServer(o);
+  constexpr int kWatchers = 3;
+  std::vector<RawConn> watchers;
+  for (int i = 0; i < kWatchers; ++i) {
+    watchers.push_back(conn113(*s));
+    REQUIRE(watchers.back().send(byte(v113::kWatchKey) + str("/flood")));
+    REQUIRE(watchers.back().recv(1) == byte(0x03));
+  }
+  RawConn waiter = conn2(*s);
+  REQUIRE(waiter.send(keysMsg(v2::kWait, {"/after"})));
+  RawConn setter = conn113(*s);
+  const std::string v(200, 'f');
+  std::string batch;
+  for (int i = 0; i < 1000; ++i) {
+    batch += byte(v113::kSet) + str("/flood") + str(v);
+  }
+  // 50k SETs: ~21 MB of notifications per watcher, beyond kernel buffers.
+  for (int i = 0; i < 50; ++i) REQUIRE(setter.send(batch));
+  CHECK(numKeys(setter, false) == 1);
+  CHECK(s->counters().rejected_slow_reader == kWatchers);
+  for (auto& w : watchers) CHECK(w.waitClosed(nullptr, scaled(10000)));
+  REQUIRE(setter.send(byte(v113::kSet) + str("/after") + str("x")));
+  CHECK(waiter.recv(1) == byte(0x00));
+  CHECK(s->stop().isOk());
+}
+
+TEST_CASE("a paused client that never reads is dropped once it stalls") {
+  // Replies smaller than twice the cap pause the connection; if the client
+  // then takes no byte for stalled_reader_ms it is dropped (instead of
+  // holding its output and its fd forever). Others are served throughout.
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  o.limits.stalled_reader_ms = 300;
+  auto s = startServer(o);
+  RawConn keeper = conn2(*s);
+  REQUIRE(keeper.send(byte(v2::kSet) + str("/sv") +
+                      str(std::string(40 * 1024, 's'))));
+  CHECK(numKeys(keeper, true) == 1);
+  RawConn stuck = conn2(*s);
+  std::string gets;
+  for (int i = 0; i < 1000; ++i) gets += byte(v2::kGet) + str("/sv");
+  std::thread sender([&] { (void)stuck.send(gets); });
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; },
+                   scaled(10000)));
+  for (int i = 0; i < 3; ++i) CHECK(numKeys(keeper, true) == 1);
+  CHECK(stuck.waitClosed(nullptr, scaled(10000)));
+  sender.join();
+  CHECK(s->stop().isOk());
+}
