@@ -34,11 +34,13 @@ ensure_pkgs() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# Build output goes to stderr: stdout carries only what the program prints
+# (for the server, its one "listening on HOST:PORT" line).
 configure_and_build() {
   if [ ! -f "$build/build.ninja" ]; then
-    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >&2
   fi
-  cmake --build "$build" -j "$jobs"
+  cmake --build "$build" -j "$jobs" >&2
 }
 
 cmd=${1:-}
