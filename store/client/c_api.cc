@@ -49,6 +49,13 @@ int copyOut(const std::string& v, void* buf, size_t* len) {
   return TCPSTORE_OK;
 }
 
+// The bytes of a (pointer, length) argument; a NULL pointer is only valid
+// with length 0 (callers check that first) and reads as empty.
+std::string_view bytesOf(const void* data, size_t len) {
+  return data ? std::string_view(static_cast<const char*>(data), len)
+              : std::string_view();
+}
+
 std::optional<std::chrono::milliseconds> timeoutOf(int64_t ms) {
   if (ms < 0) return std::nullopt;
   return std::chrono::milliseconds(ms);
@@ -144,9 +151,7 @@ int tcpstore_set(tcpstore_client* c, const char* key, const void* value,
     TCPSTORE_CHECK_HANDLE(c);
     TCPSTORE_CHECK_KEY(key);
     if (value == nullptr && value_len > 0) return invalid("value is NULL");
-    return report(
-        c->client.set(key, std::string_view(static_cast<const char*>(value),
-                                            value ? value_len : 0)));
+    return report(c->client.set(key, bytesOf(value, value_len)));
   });
 }
 
@@ -187,12 +192,8 @@ int tcpstore_compare_set(tcpstore_client* c, const char* key,
       return invalid("expected or desired is NULL");
     }
     if (len == nullptr) return invalid("len is NULL");
-    auto r = c->client.compareSet(
-        key,
-        std::string_view(static_cast<const char*>(expected),
-                         expected ? expected_len : 0),
-        std::string_view(static_cast<const char*>(desired),
-                         desired ? desired_len : 0));
+    auto r = c->client.compareSet(key, bytesOf(expected, expected_len),
+                                  bytesOf(desired, desired_len));
     if (!r) return report(r.error());
     return copyOut(*r, buf, len);
   });
@@ -251,9 +252,7 @@ int tcpstore_append(tcpstore_client* c, const char* key, const void* value,
     TCPSTORE_CHECK_HANDLE(c);
     TCPSTORE_CHECK_KEY(key);
     if (value == nullptr && value_len > 0) return invalid("value is NULL");
-    return report(
-        c->client.append(key, std::string_view(static_cast<const char*>(value),
-                                               value ? value_len : 0)));
+    return report(c->client.append(key, bytesOf(value, value_len)));
   });
 }
 
@@ -288,9 +287,7 @@ int tcpstore_queue_push(tcpstore_client* c, const char* key, const void* value,
     TCPSTORE_CHECK_HANDLE(c);
     TCPSTORE_CHECK_KEY(key);
     if (value == nullptr && value_len > 0) return invalid("value is NULL");
-    return report(c->client.queuePush(
-        key, std::string_view(static_cast<const char*>(value),
-                              value ? value_len : 0)));
+    return report(c->client.queuePush(key, bytesOf(value, value_len)));
   });
 }
 
