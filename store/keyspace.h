@@ -17,55 +17,10 @@
 #include <vector>
 
 #include "protocol/message.h"
+#include "store/effects.h"
 #include "tcpstore/status.h"
 
 namespace tcpstore::store {
-
-using ConnId = std::uint64_t;
-
-// What applying one request produced: bytes for connections, in order.
-// Reuse one Effects across calls; clear() keeps capacity.
-class Effects {
- public:
-  struct Send {
-    ConnId conn;
-    std::size_t offset;  // into bytes(); several sends may share a range
-    std::size_t length;
-  };
-
-  void clear() noexcept {
-    bytes_.clear();
-    sends_.clear();
-  }
-  const std::vector<Send>& sends() const noexcept { return sends_; }
-  std::string_view bytesOf(const Send& s) const noexcept {
-    return std::string_view(bytes_).substr(s.offset, s.length);
-  }
-  const std::string& bytes() const noexcept { return bytes_; }
-
-  // Builder used by the keyspace: start a send to `conn`, append its bytes
-  // to buffer(), then end it.
-  std::string& begin(ConnId conn) {
-    open_conn_ = conn;
-    open_offset_ = bytes_.size();
-    return bytes_;
-  }
-  void end() {
-    auto len = bytes_.size() - open_offset_;
-    if (len > 0) sends_.push_back(Send{open_conn_, open_offset_, len});
-  }
-  // Sends the bytes of an earlier send again, to `conn`, without copying
-  // them (one watch notification for many watchers).
-  void repeat(ConnId conn, const Send& like) {
-    sends_.push_back(Send{conn, like.offset, like.length});
-  }
-
- private:
-  std::string bytes_;
-  std::vector<Send> sends_;
-  ConnId open_conn_ = 0;
-  std::size_t open_offset_ = 0;
-};
 
 struct KeyspaceOptions {
   // COMPARE_SET wakes the key's waiters when it stores a value (what the libuv

@@ -1,0 +1,97 @@
+// Backend: the seam between the server's dispatch and the state it serves.
+//
+// The dispatcher decodes requests, hands each one to a Backend, and routes
+// the Effects it gets back to the connections' outboxes. It never knows
+// which backend it talks to. Three kinds are planned:
+//  - in memory: the Keyspace; answers every request inside submit();
+//  - relay: forwards to an upstream tcpstore-server and answers after a
+//    network round trip; waiters are released by upstream events;
+//  - etcd: keeps the state in etcd v3; answers after a round trip; waiters
+//    are released by a watch.
+//
+// Threads: every call, both ways, happens on the server's loop thread.
+// Nothing here blocks: a backend that needs the network uses the loop it is
+// given in open() and answers later through its BackendHost.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "protocol/message.h"
+#include "store/effects.h"
+#include "tcpstore/status.h"
+
+struct uv_loop_s;
+
+namespace tcpstore::store {
+
+// The dispatcher's side of the seam: what a backend may call back into.
+// Loop thread only. Bytes for connections that have closed are dropped.
+class BackendHost {
+ public:
+  // Routes bytes produced outside a submit() call (a waiter released by an
+  // upstream event, a watch notification), in the order of fx.sends().
+  virtual void deliver(const Effects& fx) = 0;
+
+  // Finishes the request that submit() left pending for `conn`. On OK: routes
+  // `fx` (the reply to `conn` first) and resumes decoding `conn`'s buffered
+  // requests, possibly re-entering submit() before this returns. On error:
+  // closes `conn` with the status' message as the reason (other connections'
+  // sends in `fx` are still routed). Must be called exactly once per pending
+  // request, unless `conn` was disconnected first (then it is ignored).
+  virtual void complete(ConnId conn, const Status& status,
+                        const Effects& fx) = 0;
+
+  // Closes `conn` (e.g. the upstream that held its wait is gone), logging
+  // `why`. Its disconnect() follows as for any close.
+  virtual void close(ConnId conn, const Status& why) = 0;
+
+ protected:
+  ~BackendHost() = default;
+};
+
+class Backend {
+ public:
+  // What submit() did with the request.
+  enum class Outcome {
+    kDone,     // fx holds everything the request produced, routed now
+    kPending,  // the answer comes later through BackendHost::complete()
+  };
+
+  virtual ~Backend() = default;
+
+  // Called once, on the loop thread, before the first submit(). `loop` and
+  // `host` outlive the backend's use of them (until close() has returned and
+  // the handles it closed have run their close callbacks). An error fails
+  // the server's start.
+  virtual Status open(BackendHost& host, uv_loop_s* loop) = 0;
+
+  // Applies `req` from connection `conn`. The views inside `req` are valid
+  // only during this call: a backend that answers later copies what it needs.
+  //  - OK, kDone: `fx` holds the request's sends (its reply, if the command
+  //    has one, to `conn` first; STOP_WAITING to released waiters; watch
+  //    notifications). A request that only registers a wait adds nothing.
+  //  - OK, kPending: nothing is sent now; the backend calls host.complete()
+  //    once. The dispatcher decodes no later request of `conn` until then,
+  //    so each connection's requests are applied in order.
+  //  - error: a protocol or limit error for `conn` (ADD on a non-numeric
+  //    value, GET of a missing key, a reply over its cap, ...). No state
+  //    changed and nothing was added for `conn`; the dispatcher closes `conn`
+  //    with the message (kLimitExceeded is counted as a limit rejection).
+  // VALIDATE and PING are passed too (PING is answered, VALIDATE ignored).
+  virtual Result<Outcome> submit(ConnId conn, const protocol::Request& req,
+                                 Effects& fx) = 0;
+
+  // `conn` closed: forget its waits and watches. A pending request of it
+  // may still complete; the host ignores that completion.
+  virtual void disconnect(ConnId conn) = 0;
+
+  // Starts shutdown on the loop thread: cancel outstanding work and close
+  // the backend's own loop handles. No submit() follows.
+  virtual void close() = 0;
+
+  // Stored keys (for logs and counters); 0 if the backend cannot tell cheaply.
+  virtual std::size_t numKeys() const noexcept { return 0; }
+};
+
+}  // namespace tcpstore::store
