@@ -9,6 +9,8 @@
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -251,6 +253,110 @@ void BM_MemoryPerKey(benchmark::State& state) {
 BENCHMARK(BM_MemoryPerKey)
     ->Arg(100000)
     ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+
+// Heap bytes per key of one WAIT on N absent keys (26-byte keys, as a
+// 1 MiB WAIT of short keys would send), measured by malloc (mallinfo2).
+void BM_WaitMemoryPerKey(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::string k = "/absent/" + std::to_string(i) + "/";
+    k.resize(26, 'w');
+    keys.push_back(std::move(k));
+  }
+  Request req;
+  req.command = Command::kWait;
+  for (const auto& k : keys) req.keys.push_back(k);
+  double per_key = 0;
+  for (auto _ : state) {
+    Effects fx;
+    malloc_trim(0);
+    const auto before = mallinfo2().uordblks;
+    {
+      Keyspace ks;
+      (void)apply(ks, 7, req, fx);
+      const auto after = mallinfo2().uordblks;
+      per_key = (static_cast<double>(after) - static_cast<double>(before)) /
+                static_cast<double>(n);
+      if (ks.numPendingWaits() != 1) state.SkipWithError("no wait");
+    }
+  }
+  state.counters["bytes_per_key"] = per_key;
+}
+BENCHMARK(BM_WaitMemoryPerKey)
+    ->Arg(131072)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+// Worst single SET while inserting M keys: dominated by the table's grow
+// at the last doubling (the server loop stalls that long).
+void BM_WorstInsert(benchmark::State& state) {
+  const std::int64_t m = state.range(0);
+  const auto keys = makeKeys("/default_pg/0//cpu//0/", static_cast<int>(m));
+  double worst_ms = 0;
+  for (auto _ : state) {
+    Keyspace ks;
+    Effects fx;
+    Request req;
+    req.command = Command::kSet;
+    req.value = "v";
+    for (const auto& k : keys) {
+      req.key = k;
+      fx.clear();
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)apply(ks, 1, req, fx);
+      const auto dt = std::chrono::steady_clock::now() - t0;
+      worst_ms = std::max(
+          worst_ms, std::chrono::duration<double, std::milli>(dt).count());
+    }
+  }
+  state.counters["worst_ms"] = worst_ms;
+}
+BENCHMARK(BM_WorstInsert)
+    ->Arg(1 << 20)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+// K connections each WAIT on N absent keys, then all disconnect in one
+// loop turn: the time disconnect() itself takes (the server loop stall).
+void BM_DisconnectBigWaits(benchmark::State& state) {
+  const std::int64_t conns = state.range(0);
+  const std::int64_t n = state.range(1);
+  std::vector<std::string> keys;
+  for (std::int64_t i = 0; i < conns * n; ++i) {
+    std::string k = "/absent/" + std::to_string(i) + "/";
+    k.resize(26, 'w');
+    keys.push_back(std::move(k));
+  }
+  double worst_ms = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    Keyspace ks;
+    Effects fx;
+    for (std::int64_t c = 0; c < conns; ++c) {
+      Request req;
+      req.command = Command::kWait;
+      for (std::int64_t i = 0; i < n; ++i)
+        req.keys.push_back(keys[static_cast<std::size_t>(c * n + i)]);
+      (void)apply(ks, static_cast<tcpstore::store::ConnId>(100 + c), req, fx);
+    }
+    state.ResumeTiming();
+    for (std::int64_t c = 0; c < conns; ++c) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ks.disconnect(static_cast<tcpstore::store::ConnId>(100 + c));
+      const auto dt = std::chrono::steady_clock::now() - t0;
+      worst_ms = std::max(
+          worst_ms, std::chrono::duration<double, std::milli>(dt).count());
+    }
+  }
+  state.counters["worst_disconnect_ms"] = worst_ms;
+}
+BENCHMARK(BM_DisconnectBigWaits)
+    ->Args({8, 131072})
+    ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

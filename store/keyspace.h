@@ -8,13 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <utility>
-#include <vector>
 
 #include "protocol/message.h"
 #include "store/effects.h"
@@ -59,6 +55,12 @@ struct KeyspaceOptions {
 //  - disconnect() drops watches too (1.13 leaked them to reused fds).
 // Keys must be shorter than 4 GiB (the codec's limits are far below).
 //
+// Bounded work: no call does work beyond its own request's size, except
+// reclaim(), which does at most what it is told. Tables grow incrementally
+// and are keyed by a per-process random key (store/keyspace/hash.h), so
+// chosen keys cannot make lookups slow.
+//
+// Single-threaded: one thread at a time per keyspace.
 // Movable (state moves with it, the source is left empty), not copyable.
 class Keyspace {
  public:
@@ -84,166 +86,49 @@ class Keyspace {
   // watch notifications (DELETE_KEY: notifications before the reply, as 1.13).
   Status apply(ConnId conn, const protocol::Request& req, Effects& fx);
 
-  // Forgets every wait and watch registration of `conn`. O(its registrations).
+  // Forgets every wait and watch registration of `conn`, in O(1): they are
+  // detached at once (no later write wakes or notifies them, and they no
+  // longer count in numWaitingConnections/numPendingWaits/numWatchers), and
+  // freed by reclaim(). A few are freed right away, so a connection with
+  // small registrations leaves nothing behind.
   void disconnect(ConnId conn);
 
-  // Read-only views (for the server's progress log and for tests).
+  // Frees at most `max_items` detached registrations (one item: one key of a
+  // WAIT/BARRIER, or one watch; they come from disconnect(), CANCEL_WAIT,
+  // and a WAIT that replaces a pending one) and returns how many are left.
+  // O(max_items). The owner calls it regularly (the server: once per loop
+  // turn) until it returns 0; until then memoryBytes() still counts them.
+  std::size_t reclaim(std::size_t max_items);
+
+  // Read-only views (for the server's progress log and for tests). All O(1)
+  // except find() and queueLength() (one lookup).
   // find(): the stored value, or nullptr. The pointer stays valid (and shows
   // later writes) until the key is deleted or the keyspace is destroyed.
   const std::string* find(std::string_view key) const;
-  std::size_t numKeys() const noexcept { return table_.size(); }
+  std::size_t numKeys() const noexcept;
   // Connections with at least one pending wait (WAIT or BARRIER).
-  std::size_t numWaitingConnections() const noexcept { return waiting_conns_; }
+  std::size_t numWaitingConnections() const noexcept;
   // Watch registrations (each WATCH_KEY counts once, also repeated ones).
-  std::size_t numWatchers() const noexcept { return num_watches_; }
+  std::size_t numWatchers() const noexcept;
   // Pending waits over all connections (one WAIT or BARRIER each).
-  std::size_t numPendingWaits() const noexcept { return num_waits_; }
+  std::size_t numPendingWaits() const noexcept;
   // Length of the queue named `key` (0 if there is none).
   std::size_t queueLength(std::string_view key) const;
+  // Bytes held by stored keys and values, queues and registrations
+  // (detached ones until reclaimed), for a server-wide memory budget. An
+  // estimate from sizes (entry headers, key and value lengths, table slots,
+  // per-registration structs), not malloc's figure: it leaves out allocator
+  // overhead and spare string capacity. Kept incrementally, O(1).
+  std::size_t memoryBytes() const noexcept;
 
  private:
-  // ---- key/value table ---------------------------------------------------
-  // One heap block per entry: this header followed by the key bytes. Small
-  // values (<= 15 bytes with libstdc++) live inside `value` (SSO), so a key
-  // with a small value costs one allocation plus one 8-byte table slot.
-  struct Entry {
-    std::string value;
-    std::uint32_t hash;
-    std::uint32_t key_size;
-    std::string_view key() const noexcept {
-      return {reinterpret_cast<const char*>(this + 1), key_size};
-    }
-  };
-  // Open addressing, linear probing, backward-shift deletion (no tombstones),
-  // slots are Entry pointers; max load 3/4, capacity a power of two.
-  class Table {
-   public:
-    Table() = default;
-    ~Table();
-    Table(const Table&) = delete;
-    Table& operator=(const Table&) = delete;
-    Table(Table&& other) noexcept;
-    Table& operator=(Table&& other) noexcept;
-
-    Entry* find(std::string_view key) const noexcept;
-    // The entry of `key`, created with an empty value if missing (second:
-    // true if created).
-    std::pair<Entry*, bool> findOrInsert(std::string_view key);
-    bool erase(std::string_view key) noexcept;
-    void clear() noexcept;
-    std::size_t size() const noexcept { return size_; }
-    std::size_t capacity() const noexcept { return mask_ + 1; }
-    template <typename F>
-    void forEach(F&& f) const {
-      if (slots_ == nullptr) return;
-      for (std::size_t i = 0; i <= mask_; ++i) {
-        if (slots_[i] != nullptr) f(*slots_[i]);
-      }
-    }
-
-   private:
-    void grow();
-    Entry** slots_ = nullptr;
-    std::size_t mask_ = 0;  // capacity - 1 (when slots_ != nullptr)
-    std::size_t size_ = 0;
-  };
-
-  // ---- waiters and watchers ----------------------------------------------
-  struct Wait;
-  struct KeyRegs;
-  struct ConnState;
-  // Membership of one wait in one key's waiter list (intrusive, so removing
-  // it is O(1)).
-  struct WaitLink {
-    Wait* wait = nullptr;
-    KeyRegs* regs = nullptr;  // nullptr once unlinked
-    WaitLink* prev = nullptr;
-    WaitLink* next = nullptr;
-  };
-  // One WAIT (counting distinct missing keys) or one BARRIER registration.
-  struct Wait {
-    ConnId conn = 0;
-    ConnState* cs = nullptr;
-    std::size_t remaining = 0;  // plain wait: keys still to be woken
-    bool barrier = false;
-    std::int64_t world_size = 0;  // barrier: released when counter >= this
-    Wait* conn_prev = nullptr;
-    Wait* conn_next = nullptr;
-    std::vector<WaitLink> links;  // fixed size once linked
-  };
-  struct Watch {
-    ConnId conn = 0;
-    ConnState* cs = nullptr;
-    KeyRegs* regs = nullptr;
-    Watch* prev = nullptr;  // in the key's list
-    Watch* next = nullptr;
-    Watch* conn_prev = nullptr;  // in the connection's list
-    Watch* conn_next = nullptr;
-  };
-  // Registrations on one key; erased when both lists are empty.
-  struct KeyRegs {
-    std::string_view key;  // the map node's key (stable)
-    WaitLink* wait_head = nullptr;
-    WaitLink* wait_tail = nullptr;
-    Watch* watch_head = nullptr;
-    Watch* watch_tail = nullptr;
-  };
-  // Registrations of one connection; erased by disconnect().
-  struct ConnState {
-    Wait* wait_head = nullptr;
-    Wait* wait_tail = nullptr;
-    std::size_t num_waits = 0;
-    Watch* watch_head = nullptr;
-    Watch* watch_tail = nullptr;
-  };
-
-  struct StringHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  template <typename V>
-  using StringMap =
-      std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
-
-  enum class WakeMode { kWrite, kAll };
-
-  bool present(std::string_view key) const;
-  KeyRegs* regsOf(std::string_view key);
-  KeyRegs& regsFor(std::string_view key);
-  void maybeEraseRegs(KeyRegs* kr);
-  ConnState& connFor(ConnId conn);
-  static void unlink(WaitLink& l) noexcept;
-  void releaseWait(Wait* w, Effects& fx, bool emit);
-  void wakeKey(KeyRegs* kr, const Entry* e, WakeMode mode, Effects& fx);
-  void wakeOne(std::string_view key, Effects& fx);
-  void notifyWatchers(const KeyRegs* kr, std::uint8_t type,
-                      std::string_view key, std::string_view old_value,
-                      std::string_view new_value, Effects& fx) const;
-  // Bookkeeping after `e` (key) was written; old value in old_scratch_ when
-  // watchers exist (kr non-null and watched).
-  void afterWrite(KeyRegs* kr, const Entry* e, bool created, bool wake,
-                  WakeMode mode, Effects& fx);
-  void setValue(std::string_view key, std::string_view value, Effects& fx);
-  void addWait(ConnId conn, bool barrier, std::int64_t world_size,
-               const std::vector<std::string_view>& keys);
-  void cancelWaits(ConnId conn, Effects& fx);
-  void dropPlainWaits(ConnId conn, Effects& fx);
-  void destroyAll() noexcept;
+  struct State;  // store/keyspace.cc
+  State& state();
 
   KeyspaceOptions options_;
-  Table table_;
-  StringMap<std::deque<std::string>> queues_;  // never holds an empty queue
-  StringMap<KeyRegs> regs_;
-  std::unordered_map<ConnId, ConnState> conns_;
-  std::size_t waiting_conns_ = 0;
-  std::size_t num_waits_ = 0;
-  std::size_t num_watches_ = 0;
-  // Scratch buffers reused across calls (keep steady-state apply()
-  // allocation-free).
-  std::string old_scratch_;
-  std::vector<std::string_view> keys_scratch_;
+  // Never null except in a moved-from keyspace (which reads as empty and
+  // makes a fresh state on its next apply()).
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace tcpstore::store

@@ -1,0 +1,161 @@
+// Wait and watch registrations: which connection waits for which keys
+// (WAIT, BARRIER) or watches them (1.13 WATCH_KEY), and who a write wakes.
+//
+// Each WAIT/BARRIER is a Wait with one WaitLink per distinct key, linked
+// into the key's list (KeyRegs, in a keyed table) and into its connection's
+// list (ConnState). Waking a key touches only that key's list; CANCEL_WAIT
+// and disconnect touch only that connection's. Watches are linked the same
+// way.
+//
+// Detaching is O(1) per wait and per connection: a cancelled wait, or a
+// disconnected connection with all it registered, is marked dead (its
+// ConnState is `detached`) and left linked; writes skip dead entries, and
+// reclaim() unlinks and frees them a bounded number at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "store/effects.h"
+#include "store/keyspace/list.h"
+#include "store/keyspace/table.h"
+
+namespace tcpstore::store::keyspace {
+
+struct ConnState;
+struct KeyRegs;
+struct Wait;
+
+// Membership of one wait in one key's list.
+struct WaitLink {
+  Wait* wait = nullptr;
+  KeyRegs* regs = nullptr;  // nullptr once unlinked
+  Link<WaitLink> hook;
+};
+
+// One WAIT (counting its distinct missing keys) or one BARRIER.
+struct Wait {
+  ConnState* cs = nullptr;      // dead when cs->detached
+  Link<Wait> hook;              // in cs->waits
+  std::size_t remaining = 0;    // plain wait: keys still to arrive
+  std::int64_t world_size = 0;  // barrier: released when counter >= this
+  bool barrier = false;
+  std::size_t reclaimed = 0;    // links already unlinked by reclaim()
+  std::vector<WaitLink> links;  // fixed size once linked
+};
+
+struct Watch {
+  ConnState* cs = nullptr;  // dead when cs->detached
+  KeyRegs* regs = nullptr;
+  Link<Watch> key_hook;   // in regs->watches
+  Link<Watch> conn_hook;  // in cs->watches
+};
+
+// Registrations on one key; erased when both lists are empty.
+struct KeyRegs {
+  List<WaitLink, &WaitLink::hook> waits;
+  List<Watch, &Watch::key_hook> watches;
+};
+
+// Registrations of one connection.
+struct ConnState {
+  ConnId conn = 0;
+  bool detached = false;
+  List<Wait, &Wait::hook> waits;
+  List<Watch, &Watch::conn_hook> watches;
+  std::size_t num_waits = 0;
+  std::size_t num_links = 0;  // over its waits
+  std::size_t num_watches = 0;
+};
+
+class Waiters {
+ public:
+  enum class WakeMode {
+    kWrite,  // plain waits count the key; barrier waits check the counter
+    kAll,    // a BARRIER completed: every barrier wait on the key released
+  };
+
+  Waiters() = default;
+  ~Waiters();
+  Waiters(const Waiters&) = delete;
+  Waiters& operator=(const Waiters&) = delete;
+
+  // The registrations on `key`, or nullptr (no lookup when there are none).
+  KeyRegs* find(std::string_view key) const noexcept {
+    return regs_.empty() ? nullptr : regs_.find(key);
+  }
+  // Whether a write of the key must capture its old value for watchers.
+  static bool watched(const KeyRegs* kr) noexcept {
+    return kr != nullptr && !kr->watches.empty();
+  }
+
+  // Registers a wait of `conn` on `keys` (distinct, at least one).
+  void addWait(ConnId conn, bool barrier, std::int64_t world_size,
+               const std::vector<std::string_view>& keys);
+  void addWatch(ConnId conn, std::string_view key);
+
+  // After `key` (registrations `kr`, may be nullptr) was written: with
+  // `wake`, releases the waits the write completes (STOP_WAITING, in
+  // registration order), then notifies its watchers (created or updated,
+  // from `old_value` to `value`). Dead registrations are skipped.
+  void afterWrite(KeyRegs* kr, std::string_view key, const std::string& value,
+                  std::string_view old_value, bool created, bool wake,
+                  WakeMode mode, Effects& fx);
+  // Sends one watch notification to every live watcher of `kr`, sharing
+  // one copy of the bytes.
+  void notify(const KeyRegs* kr, std::uint8_t type, std::string_view key,
+              std::string_view old_value, std::string_view new_value,
+              Effects& fx) const;
+  // QUEUE_PUSH: the oldest live plain wait on `key` counts it as arrived.
+  void wakeOne(std::string_view key, Effects& fx);
+
+  // Detach (O(1) per wait), then reclaim a few items inline.
+  void cancelWaits(ConnId conn);
+  void dropPlainWaits(ConnId conn);
+  // Detaches everything `conn` registered: O(1).
+  void disconnect(ConnId conn);
+  // Unlinks and frees at most `max_items` dead registrations (one item:
+  // one key of a wait, or one watch); returns how many are left.
+  std::size_t reclaim(std::size_t max_items);
+
+  std::size_t numWaitingConnections() const noexcept { return waiting_conns_; }
+  std::size_t numPendingWaits() const noexcept { return num_waits_; }
+  std::size_t numWatchers() const noexcept { return num_watches_; }
+  std::size_t toReclaim() const noexcept { return to_reclaim_; }
+  // Estimated bytes held by registrations (live and dead), O(1).
+  std::size_t memoryBytes() const noexcept {
+    return bytes_ + regs_.memoryBytes();
+  }
+
+ private:
+  ConnState& connFor(ConnId conn);
+  void retire(Wait* w);
+  void release(Wait* w, Effects& fx);
+  void unlink(WaitLink& l) noexcept;
+  void maybeErase(KeyRegs* kr) noexcept;
+  void freeWait(Wait* w) noexcept;
+  void freeWatch(Watch* wa) noexcept;
+  bool drain(ConnState& cs, std::size_t& budget) noexcept;
+  void wakeKey(KeyRegs* kr, const std::string& value, WakeMode mode,
+               Effects& fx);
+
+  KeyTable<KeyRegs> regs_;
+  std::unordered_map<ConnId, std::unique_ptr<ConnState>> conns_;
+  // Dead waits of live connections (CANCEL_WAIT, a WAIT replacing one).
+  ConnState retired_{0, true, {}, {}, 0, 0, 0};
+  // Disconnected connections whose registrations are not all freed yet.
+  std::deque<std::unique_ptr<ConnState>> graveyard_;
+  std::size_t waiting_conns_ = 0;
+  std::size_t num_waits_ = 0;
+  std::size_t num_watches_ = 0;
+  std::size_t to_reclaim_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace tcpstore::store::keyspace
