@@ -144,8 +144,11 @@ Node* NodeTable::remove(std::string_view key, std::uint32_t hash) noexcept {
     }
   }
   if (found == nullptr) return nullptr;
-  --size_;
-  migrate(kMoveStep);
+  if (--size_ == 0) {
+    reset();  // an emptied table gives its arrays back
+  } else {
+    migrate(kMoveStep);
+  }
   return found;
 }
 

@@ -41,6 +41,7 @@ struct ProbeStats {
 // slots per later insert or remove. Until it is done, lookups read both
 // arrays; the old one is never inserted into, and its removed or moved
 // slots become tombstones. So no single call moves more than a few entries.
+// A table that becomes empty frees its arrays.
 class NodeTable {
  public:
   NodeTable() = default;
@@ -152,6 +153,7 @@ class KeyTable {
   bool erase(std::string_view key) noexcept {
     Node* n = table_.remove(key, hashOf(key));
     if (n == nullptr) return false;
+    node_bytes_ -= blockBytes(n->key_size);
     destroy(n);
     return true;
   }
