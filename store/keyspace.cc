@@ -116,6 +116,17 @@ struct Keyspace::State {
     waiters.afterWrite(kr, key, *v,
                        watched ? std::string_view(old_scratch) : "", created,
                        wake, mode, fx);
+    if (watched) trimScratch();
+  }
+
+  // Scratch buffers keep their capacity (steady-state apply() does not
+  // allocate) unless one huge request grew them.
+  void trimScratch() {
+    constexpr std::size_t kKeepBytes = 64 * 1024;
+    if (old_scratch.capacity() > kKeepBytes) std::string().swap(old_scratch);
+    if (keys_scratch.capacity() * sizeof(std::string_view) > kKeepBytes) {
+      std::vector<std::string_view>().swap(keys_scratch);
+    }
   }
 
   void setValue(std::string_view key, std::string_view value, Effects& fx) {
@@ -179,7 +190,13 @@ Keyspace::State& Keyspace::state() {
 }
 
 Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
-  return state().apply(conn, req, fx);
+  State& st = state();
+  Status result = st.apply(conn, req, fx);
+  // A drip of reclaiming with the traffic, so dead registrations drain
+  // even if the owner never calls reclaim().
+  constexpr std::size_t kReclaimPerApply = 16;
+  if (st.waiters.toReclaim() != 0) st.waiters.reclaim(kReclaimPerApply);
+  return result;
 }
 
 void Keyspace::disconnect(ConnId conn) {
@@ -307,6 +324,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
             keys_scratch.end());
       }
       waiters.addWait(conn, false, 0, keys_scratch);
+      trimScratch();
       return Status::ok();
     }
 

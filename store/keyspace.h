@@ -98,6 +98,8 @@ class Keyspace {
   // and a WAIT that replaces a pending one) and returns how many are left.
   // O(max_items). The owner calls it regularly (the server: once per loop
   // turn) until it returns 0; until then memoryBytes() still counts them.
+  // (apply() also frees up to 16 per call, so they drain with the traffic
+  // even without reclaim() calls, only more slowly.)
   std::size_t reclaim(std::size_t max_items);
 
   // Read-only views (for the server's progress log and for tests). All O(1)
