@@ -46,18 +46,6 @@ void NodeTable::reset() noexcept {
   size_ = 0;
 }
 
-Node* NodeTable::find(std::string_view key, std::uint32_t hash) const noexcept {
-  for (const Slots* s : {&cur_, &old_}) {
-    if (s->at == nullptr) continue;
-    for (std::size_t i = hash & s->mask;; i = (i + 1) & s->mask) {
-      Node* n = s->at[i];
-      if (n == nullptr) break;
-      if (n != tombstone() && matches(n, key, hash)) return n;
-    }
-  }
-  return nullptr;
-}
-
 void NodeTable::insert(Node* node) {
   if (cur_.at == nullptr || (size_ + 1) * 4 > cur_.capacity() * 3) {
     grow();

@@ -53,7 +53,10 @@ class NodeTable {
   NodeTable& operator=(NodeTable&& other) noexcept;
 
   // The node of `key` (whose hash is `hash`), or nullptr.
-  Node* find(std::string_view key, std::uint32_t hash) const noexcept;
+  Node* find(std::string_view key, std::uint32_t hash) const noexcept {
+    Node* n = probe(cur_, key, hash);
+    return n != nullptr || old_.at == nullptr ? n : probe(old_, key, hash);
+  }
   // Adds `node`, whose key must be absent. Throws std::bad_alloc if a grow
   // cannot allocate (the table is then unchanged).
   void insert(Node* node);
@@ -88,6 +91,15 @@ class NodeTable {
     }
   };
   static Node* tombstone() noexcept { return &tombstone_; }
+  static Node* probe(const Slots& s, std::string_view key,
+                     std::uint32_t hash) noexcept {
+    if (s.at == nullptr) return nullptr;
+    for (std::size_t i = hash & s.mask;; i = (i + 1) & s.mask) {
+      Node* n = s.at[i];
+      if (n == nullptr) return nullptr;
+      if (n->hash == hash && n != tombstone() && n->key() == key) return n;
+    }
+  }
   static inline Node tombstone_{};
 
   void grow();
