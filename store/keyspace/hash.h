@@ -6,7 +6,9 @@
 // cannot predict which keys collide, so crafted keys are no better than
 // random ones (an unkeyed hash such as libstdc++'s std::hash lets a client
 // send thousands of keys with one hash and turn each lookup into a scan).
-// Thread-safe; never fails (the key comes from the kernel's generator).
+// Thread-safe. The key comes from the kernel's generator (getrandom via
+// libsodium); if that is unusable the process aborts with a message, as
+// libsodium itself would.
 #pragma once
 
 #include <cstdint>

@@ -62,8 +62,9 @@ void NodeTable::grow() {
   const std::size_t new_cap = cur_.at == nullptr ? 16 : cur_.capacity() * 2;
   auto** fresh = static_cast<Node**>(std::calloc(new_cap, sizeof(Node*)));
   if (fresh == nullptr) throw std::bad_alloc();
-  // A grow before the previous one finished (only if removes and inserts
-  // alternate around the threshold) first ends the previous move.
+  // The previous move is always over by now (it ends after C/4 inserts,
+  // this grow needs 3C/4 more keys); finishing it here only keeps the
+  // table correct if that ever changed.
   migrate(SIZE_MAX);
   old_ = cur_;
   moved_ = 0;
