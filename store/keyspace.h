@@ -1,11 +1,11 @@
 // The store's state machine: keys, values, queues, waiters and watchers.
 //
 // Pure: no I/O, no clocks, no threads (its one outside input: the random
-// hash key, drawn once per process at first use). The server feeds it decoded
-// requests
-// (with the connection they came from) and writes the bytes it returns. One
-// keyspace serves both dialects; the reply bytes are dialect-independent,
-// except that only 1.13 connections may register watches.
+// hash key, drawn once per process at first use). The server feeds it
+// decoded requests (with the connection they came from) and writes the bytes
+// it returns. One keyspace serves both dialects; the reply bytes are
+// dialect-independent, except that only 1.13 connections may register
+// watches.
 #pragma once
 
 #include <cstddef>
