@@ -117,6 +117,11 @@
 
 namespace tcpstore {
 
+namespace client_detail {
+// The per-endpoint connection set (store/client/shared.h).
+class Shared;
+}  // namespace client_detail
+
 // Wire dialect spoken by the server (protocol.md: Dialect A / B).
 enum class Dialect : std::uint8_t {
   kV113 = 0,  // PyTorch 1.13 servers
@@ -229,17 +234,13 @@ class Client {
   // (primary + idle pooled + borrowed). For tests and diagnostics.
   std::size_t openConnections() const;
 
-  struct Shared;  // the per-endpoint connection set (internal)
-
  private:
-  Client(std::shared_ptr<Shared> shared, std::string prefix, Millis timeout)
-      : shared_(std::move(shared)),
-        prefix_(std::move(prefix)),
-        timeout_(timeout) {}
-  std::string wireKey(std::string_view key) const;
+  Client(std::shared_ptr<client_detail::Shared> shared, std::string prefix,
+         Millis timeout);
 
-  std::shared_ptr<Shared> shared_;
-  std::string prefix_;  // PrefixStore chain, "" or "b/a/"
+  std::shared_ptr<client_detail::Shared> shared_;
+  // PrefixStore chain, "" or "b/a/".
+  std::string prefix_;
   Millis timeout_;
 };
 
