@@ -82,6 +82,12 @@ inline Request multiSet(const std::vector<std::string>& keys,
   for (const auto& v : values) r.values.emplace_back(v);
   return r;
 }
+// The 2.x handshake's first request.
+inline Request validate() {
+  Request r = of(Command::kValidate);
+  r.u32 = kValidateMagic;
+  return r;
+}
 inline Request cancelWait() { return of(Command::kCancelWait); }
 inline Request ping(std::uint32_t nonce) {
   Request r = of(Command::kPing);
