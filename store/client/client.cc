@@ -27,11 +27,6 @@ namespace requests = protocol::requests;
 
 namespace {
 
-protocol::Dialect toProtocol(Dialect d) {
-  return d == Dialect::kV113 ? protocol::Dialect::kV113
-                             : protocol::Dialect::kV2;
-}
-
 std::string stripBrackets(std::string host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     return host.substr(1, host.size() - 2);
@@ -62,7 +57,7 @@ Result<Client> Client::connect(const ClientOptions& options) {
   ConnectConfig cfg;
   cfg.host = stripBrackets(options.host.empty() ? "127.0.0.1" : options.host);
   cfg.port = options.port;
-  cfg.dialect = toProtocol(options.dialect);
+  cfg.dialect = client_detail::toProtocol(options.dialect);
   cfg.retry = options.retry;
   cfg.limits.max_value_bytes = options.max_value_bytes;
   cfg.limits.max_key_bytes =
@@ -85,9 +80,7 @@ Client Client::withPrefix(std::string_view prefix) const {
   return Client(shared_, std::move(p), timeout_);
 }
 
-Dialect Client::dialect() const noexcept {
-  return shared_->v2() ? Dialect::kV2 : Dialect::kV113;
-}
+Dialect Client::dialect() const noexcept { return shared_->dialect(); }
 
 std::size_t Client::openConnections() const {
   return shared_->openConnections();

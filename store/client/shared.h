@@ -25,6 +25,19 @@
 
 namespace tcpstore::client_detail {
 
+// The public Dialect and the codec's: same values, one conversion each way.
+static_assert(static_cast<int>(Dialect::kV113) ==
+                  static_cast<int>(protocol::Dialect::kV113) &&
+              static_cast<int>(Dialect::kV2) ==
+                  static_cast<int>(protocol::Dialect::kV2));
+constexpr protocol::Dialect toProtocol(Dialect d) noexcept {
+  return d == Dialect::kV113 ? protocol::Dialect::kV113
+                             : protocol::Dialect::kV2;
+}
+constexpr Dialect fromProtocol(protocol::Dialect d) noexcept {
+  return d == protocol::Dialect::kV113 ? Dialect::kV113 : Dialect::kV2;
+}
+
 // The key torch's TCPStore puts on the wire for user key `key` under a
 // PrefixStore chain `prefix` ("" or "b/a/"): "/" + prefix + key.
 std::string wireKey(std::string_view prefix, std::string_view key);
@@ -51,6 +64,7 @@ class Shared {
   Shared(const Shared&) = delete;
   Shared& operator=(const Shared&) = delete;
 
+  Dialect dialect() const noexcept { return fromProtocol(config_.dialect); }
   bool v2() const noexcept { return config_.dialect == protocol::Dialect::kV2; }
 
   // A connection borrowed for one blocking operation; given back to the pool
