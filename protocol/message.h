@@ -1,5 +1,7 @@
-// Decoded requests and replies. Every string_view / span points into the
-// buffer that was decoded: valid until that buffer is mutated or freed.
+// Requests and replies as values. Neither owns its bytes: in a decoded one
+// every string_view points into the buffer that was decoded (valid until that
+// buffer is mutated or freed); in one built for encoding (requests.h) they
+// point at the caller's strings, which must outlive the encode.
 #pragma once
 
 #include <cstdint>

@@ -1,31 +1,35 @@
 // The c10d TCPStore wire vocabulary: dialects, command codes, reply codes.
 //
 // Grammar (both dialects; integers little-endian, see protocol.md §1):
-//   str   := u64 n, n bytes          keys := u64 count, count * str
+// clang-format off
+//   str     := u64 n, n bytes
+//   keys    := u64 count, count * str
 //   request := u8 code, fields        (no framing, no length, no request id)
 //
-//   command      1.13  2.x   fields after the code         reply
-//   VALIDATE      -    0x00  u32 magic (0x3C85F7CE)        none
-//   SET          0x00  0x01  str key, str value            none
-//   COMPARE_SET  0x01  0x02  str key, str expected, str desired   str
-//   GET          0x02  0x03  str key                       str
-//   ADD          0x03  0x04  str key, i64 delta            i64
-//   CHECK        0x04  0x05  keys                          u8 (0 ready, 1 not)
-//   WAIT         0x05  0x06  keys                          u8 0 (when all
-//   exist) GETNUMKEYS   0x06  0x07  -                             i64 WATCH_KEY
-//   0x07   -    str key                       u8 3, then notifications
-//   DELETE_KEY   0x08  0x08  str key                       i64 (0/1)
-//   APPEND        -    0x09  str key, str bytes            none
-//   MULTI_GET     -    0x0A  keys                          count * str
-//   MULTI_SET     -    0x0B  i64 count, count*(str, str)   none
-//   CANCEL_WAIT   -    0x0C  -                             [u8 0] u8 1
-//   PING          -    0x0D  u32 nonce                     u32 nonce
-//   QUEUE_PUSH    -    0x0E  str key, str value            none
-//   QUEUE_POP     -    0x0F  str key                       i64 n, str if n > 0
-//   QUEUE_LEN     -    0x10  str key                       i64
-//   LIST_KEYS     -    0x11  -                             i64 n, n * str
-//   BARRIER       -    0x12  str key, i64 world_size       u8 0 (when complete)
+//   command      1.13  2.x   fields after the code               reply
+//   VALIDATE      -    0x00  u32 magic (0x3C85F7CE)              none
+//   SET          0x00  0x01  str key, str value                  none
+//   COMPARE_SET  0x01  0x02  str key, str expected, str desired  str
+//   GET          0x02  0x03  str key                             str
+//   ADD          0x03  0x04  str key, i64 delta                  i64
+//   CHECK        0x04  0x05  keys                                u8 (0 ready, 1 not)
+//   WAIT         0x05  0x06  keys                                u8 0 (when all exist)
+//   GETNUMKEYS   0x06  0x07  -                                   i64
+//   WATCH_KEY    0x07   -    str key                             u8 3, then notifications
+//   DELETE_KEY   0x08  0x08  str key                             i64 (0/1)
+//   APPEND        -    0x09  str key, str bytes                  none
+//   MULTI_GET     -    0x0A  keys                                count * str
+//   MULTI_SET     -    0x0B  i64 count, count * (str, str)       none
+//   CANCEL_WAIT   -    0x0C  -                                   [u8 0] u8 1
+//   PING          -    0x0D  u32 nonce                           u32 nonce
+//   QUEUE_PUSH    -    0x0E  str key, str value                  none
+//   QUEUE_POP     -    0x0F  str key                             i64 n, str if n > 0
+//   QUEUE_LEN     -    0x10  str key                             i64
+//   LIST_KEYS     -    0x11  -                                   i64 n, n * str
+//   BARRIER       -    0x12  str key, i64 world_size             u8 0 (when complete)
+//
 //   1.13 watch notification (server push): u8 type, str key, str old, str new
+// clang-format on
 //
 // The numeric codes belong to PyTorch's wire format: never renumber them.
 #pragma once

@@ -54,54 +54,23 @@
 // on the next call; a request that may have reached the server is never re-sent
 // automatically.
 //
-// Errors (Status codes, see status.h): kTimeout (a deadline passed), kRefused
-// (connect retries exhausted), kClosed (the server closed or reset the
-// connection), kIoError, kProtocolError (unexpected reply bytes),
-// kInvalidArgument, kNotSupported (the dialect or server lacks the command),
-// kNotFound (non-blocking pop of an empty queue).
-//
-// barrier(name, n) – keys (name mapped like any user key, "/<prefix>name"):
-//   - server with BARRIER (ours, torch >= 2.14): one request BARRIER
-//     "/<prefix>name" n; the counter at "/<prefix>name" holds the number of
-//     arrivals as decimal text;
-//   - otherwise (dialect 1.13, or a 2.x server that closed the connection on
-//     BARRIER, e.g. torch 2.6; remembered per endpoint): ADD "/<prefix>name" 1
-//     -> c; if c >= n, SET "/<prefix>name:done" = "1" and return; else WAIT
-//     ["/<prefix>name:done"]. One round of a given name per job: reuse of a
-//     name after completion returns at once (as torch 2.14's barrier does).
-//     A timed-out barrier leaves its arrival counted (also as torch does).
-//     All participants of one barrier must take the same path: on our server
-//     a 1.13-dialect participant (fallback) and a 2.x one (BARRIER) do not
-//     meet, since BARRIER does not set ":done". (waitForWorkers does mix.)
-// waitForWorkers(n) – counts on torch's raw, unprefixed key "init/" (the key
-//   every torch TCPStore with world_size sends `ADD init/ 1` to), so tcpstore
-//   processes and torch ranks of one job count together:
-//   - server with BARRIER: BARRIER "init/" n (it increments the same decimal
-//     counter exactly as `ADD init/ 1` does and returns once it is >= n);
-//     then GET "init/" to verify the count, because torch >= 2.14 wakes
-//     BARRIER waiters on any write of the key, i.e. also on a torch rank's
-//     ADD before the count is complete (verified on 2.14; our server
-//     releases only at >= n). Count complete: SET raw "init/done" = "1";
-//     released early: WAIT ["init/done"].
-//   - otherwise: ADD "init/" 1 -> c; if c >= n, SET raw "init/done" = "1"
-//     (no leading '/', so torch users never see it; numKeys() counts it);
-//     else WAIT ["init/done"].
-//   Mixed jobs (torch ranks only send `ADD init/ 1`; they never set
-//   "init/done"):
-//   - our server re-evaluates BARRIER waiters on every write of their key and
-//     releases them once the counter is >= n, so a torch rank may be the last
-//     arrival (tested);
-//   - torch 2.14: a tcpstore process released early waits for "init/done",
-//     which a tcpstore process that later sees the complete count sets; if a
-//     torch rank completes the count while no tcpstore process is still in
-//     its BARRIER, the early-released ones time out (kTimeout);
-//   - on a server without BARRIER, if a torch rank is the last arrival nobody
-//     sets "init/done" and the tcpstore waiters time out (kTimeout). If a
-//     tcpstore process is last, everyone is released.
-// Request cost per participant (no polling, independent of wait time):
-//   BARRIER servers: barrier 1 (BARRIER), waitForWorkers 3 (BARRIER, GET,
-//   SET; a WAIT instead of the SET if released early);
-//   fallback: 2 (ADD + WAIT, or ADD + SET for the last arrival).
+// Errors. Every call returns a Status or Result (status.h); none throws
+// (std::bad_alloc aside). Besides the codes listed at each method, any call
+// that talks to the server may return:
+// clang-format off
+//   kTimeout        its deadline passed (connect, reply or wait);
+//   kRefused        reconnecting failed: nobody listening, retries exhausted;
+//   kClosed         the server closed or reset the connection. A server
+//                   closes the connection on a request it refuses (e.g. ADD
+//                   on a non-numeric value, a reply over its size limit), so
+//                   a refusal also arrives as kClosed; the next call
+//                   reconnects;
+//   kIoError        another socket error (errno text in the message);
+//   kProtocolError  reply bytes that break the grammar, or a reply over
+//                   max_value_bytes / max_reply_keys.
+// clang-format on
+// kInvalidArgument, kNotSupported and kNotFound come only from the methods
+// that name them.
 #pragma once
 
 #include <chrono>
@@ -117,10 +86,17 @@
 
 namespace tcpstore {
 
+namespace client_detail {
+// The per-endpoint connection set (store/client/shared.h).
+class Shared;
+}  // namespace client_detail
+
 // Wire dialect spoken by the server (protocol.md: Dialect A / B).
 enum class Dialect : std::uint8_t {
-  kV113 = 0,  // PyTorch 1.13 servers
-  kV2 = 1,    // PyTorch 2.x servers and ours (default)
+  // PyTorch 1.13 servers.
+  kV113 = 0,
+  // PyTorch 2.x servers and ours (the default).
+  kV2 = 1,
 };
 
 // Exponential backoff between connect attempts: the n-th delay is
@@ -130,7 +106,8 @@ struct RetryPolicy {
   std::chrono::milliseconds initial_backoff{100};
   double multiplier = 1.5;
   std::chrono::milliseconds max_backoff{5000};
-  double jitter = 0.5;  // fraction, 0 <= jitter <= 1
+  // A fraction, 0 <= jitter <= 1.
+  double jitter = 0.5;
 };
 
 struct ClientOptions {
@@ -162,11 +139,19 @@ class Client {
   using Millis = std::chrono::milliseconds;
 
   // Connects (with retry, until options.connect_timeout) and returns a handle.
+  // With share_connections, reuses this process's connection set for the same
+  // (host, port, dialect) if one exists, after checking its primary
+  // connection. Errors: kInvalidArgument (port 0, a negative timeout);
+  // kRefused (retries exhausted after a real failure, e.g. nobody listening
+  // or a failed 2.x handshake with a 1.13 server); kTimeout (no attempt got
+  // an answer); kIoError (a socket error that is not worth retrying). Blocks
+  // at most connect_timeout.
   static Result<Client> connect(const ClientOptions& options);
 
   // A view like torch's PrefixStore(prefix, *this): keys become
   // prefix + "/" + key before this view's own mapping; shares the
-  // connections. No special case for "" (torch maps it to "/" + key too).
+  // connections and copies the timeout. No special case for "" (torch maps
+  // it to "/" + key too). Never fails, sends nothing.
   Client withPrefix(std::string_view prefix) const;
   // What this view puts between the store's '/' and a user key: "" for none,
   // "pg1/" for withPrefix("pg1"), "b/a/" for withPrefix("b").withPrefix("a").
@@ -179,67 +164,114 @@ class Client {
   void setTimeout(Millis timeout) noexcept { timeout_ = timeout; }
   Millis timeout() const noexcept { return timeout_; }
 
+  // ---- both dialects ----
+  // Short operations: one request on the shared primary connection, waiting
+  // at most timeout() for the reply.
+
+  // Stores value at key (creating or replacing it) and wakes its waiters.
+  // No reply on the wire: OK means the request was sent, and this client's
+  // later reads (on any connection) see it.
   Status set(std::string_view key, std::string_view value) const;
-  // Waits until the key exists (default timeout), then reads it.
+  // Blocks until the key exists (at most timeout(), or `timeout`), then
+  // returns its value. Errors: kTimeout if the key did not appear in time
+  // (the connection stays usable in 2.x); kClosed if the key was deleted
+  // between the wait and the read (the server closes on GET of a missing
+  // key).
   Result<std::string> get(std::string_view key) const;
   Result<std::string> get(std::string_view key, Millis timeout) const;
+  // Adds delta to the decimal integer stored at key (a missing key counts as
+  // 0) and returns the new value (our server wraps around on overflow).
+  // A value that is not an integer: the server closes the connection,
+  // kClosed.
   Result<std::int64_t> add(std::string_view key, std::int64_t delta) const;
-  // torch semantics (protocol.md §3.6): returns the value now stored, or
-  // `expected` if the key is missing and `expected` is non-empty.
+  // torch semantics (protocol.md §3.6): stores `desired` if the key holds
+  // `expected` (or is missing and `expected` is empty), and returns the value
+  // now stored; if the key is missing and `expected` is non-empty, returns
+  // `expected` and stores nothing.
   Result<std::string> compareSet(std::string_view key,
                                  std::string_view expected,
                                  std::string_view desired) const;
-  // true iff every key exists.
+  // true iff every key exists now (true for no keys). Does not block.
   Result<bool> check(const std::vector<std::string>& keys) const;
+  // Blocks until every key exists (at most timeout(), or `timeout`).
+  // Errors: kTimeout; the connection stays usable in 2.x.
   Status wait(const std::vector<std::string>& keys) const;
   Status wait(const std::vector<std::string>& keys, Millis timeout) const;
-  // true iff the key existed.
+  // Deletes the key; true iff it existed.
   Result<bool> deleteKey(std::string_view key) const;
-  // Number of keys on the server (all of them, like torch).
+  // Number of keys on the whole server (ignores this view's prefix, like
+  // torch; includes torch's own keys such as "init/").
   Result<std::int64_t> numKeys() const;
 
-  // 2.x only (kNotSupported in the 1.13 dialect, without sending anything).
+  // ---- 2.x only ----
+  // In the 1.13 dialect each of these returns kNotSupported without sending
+  // anything.
+
+  // Appends value to the key's value (creating the key). No reply on the
+  // wire: as for set().
   Status append(std::string_view key, std::string_view value) const;
-  // Waits for all keys (default timeout), then reads them in order.
+  // Blocks until every key exists (at most timeout()), then returns their
+  // values in the order of `keys`. Errors: kTimeout.
   Result<std::vector<std::string>> multiGet(
       const std::vector<std::string>& keys) const;
+  // Sets keys[i] = values[i] for every i, in one request. No reply on the
+  // wire: as for set(). Errors: kInvalidArgument if the sizes differ.
   Status multiSet(const std::vector<std::string>& keys,
                   const std::vector<std::string>& values) const;
-  // Queues (our server and torch's libuv backend; torch's classic servers
-  // close the connection on these: kNotSupported, remembered per endpoint).
-  Status queuePush(std::string_view key, std::string_view value) const;
-  // block=true waits (default timeout) until the queue is non-empty;
-  // block=false returns kNotFound for an empty queue.
-  Result<std::string> queuePop(std::string_view key, bool block = true) const;
-  Result<std::int64_t> queueLen(std::string_view key) const;
-  // Keys as torch users see them (see the top of this file). Servers without
-  // LIST_KEYS (torch 2.6) give kNotSupported, remembered per endpoint.
-  Result<std::vector<std::string>> listKeys() const;
-  // Round trip with a nonce (2.x).
+  // Round trip with a nonce. Errors: kProtocolError if the echo differs.
   Status ping() const;
 
-  // See the top of this file for keys and algorithms. world_size >= 1.
+  // ---- optional commands ----
+  // Not every 2.x server has these. A command whose support is unknown is
+  // sent; if the server closes the connection on it while it still accepts
+  // connections, the call returns kNotSupported and so does every later call
+  // of that command on this endpoint (in this process) without sending.
+
+  // Queues: our server and torch's libuv backend (not torch's classic
+  // servers). Appends value to the queue at key; OK means the server took it
+  // (confirmed with a PING while support is unknown).
+  Status queuePush(std::string_view key, std::string_view value) const;
+  // Removes and returns the oldest value of the queue at key. block=true
+  // waits (at most timeout()) until the queue is non-empty (kTimeout);
+  // block=false returns kNotFound for an empty queue. The first queue call
+  // on an endpoint probes with QUEUE_LEN before blocking.
+  Result<std::string> queuePop(std::string_view key, bool block = true) const;
+  // Number of values in the queue at key (0 for no queue).
+  Result<std::int64_t> queueLen(std::string_view key) const;
+  // Keys as torch users see them, sorted (see "Keys on the wire" above).
+  // Servers without LIST_KEYS (torch 2.6): kNotSupported.
+  Result<std::vector<std::string>> listKeys() const;
+
+  // ---- rendezvous ----
+  // Both count arrivals on the server and block (at most timeout(), or
+  // `timeout`; kTimeout, the arrival stays counted) until world_size
+  // participants arrived; world_size < 1 is kInvalidArgument. They use
+  // BARRIER where the server has it and ADD + WAIT otherwise; keys, mixing
+  // with torch ranks and request counts are described in barrier.cc.
+
+  // Waits for world_size participants on torch's "init/" counter (unprefixed),
+  // so tcpstore processes and torch ranks of one job count together.
   Status waitForWorkers(std::int64_t world_size) const;
   Status waitForWorkers(std::int64_t world_size, Millis timeout) const;
+  // Waits for world_size arrivals at the barrier `name` (a user key of this
+  // view). One round per name: a name reused after completion returns at
+  // once.
   Status barrier(std::string_view name, std::int64_t world_size) const;
   Status barrier(std::string_view name, std::int64_t world_size,
                  Millis timeout) const;
 
   // Number of connections currently open in this handle's connection set
-  // (primary + idle pooled + borrowed). For tests and diagnostics.
+  // (primary + idle pooled + borrowed). For tests and diagnostics; never
+  // fails, never blocks on the network.
   std::size_t openConnections() const;
 
-  struct Shared;  // the per-endpoint connection set (internal)
-
  private:
-  Client(std::shared_ptr<Shared> shared, std::string prefix, Millis timeout)
-      : shared_(std::move(shared)),
-        prefix_(std::move(prefix)),
-        timeout_(timeout) {}
-  std::string wireKey(std::string_view key) const;
+  Client(std::shared_ptr<client_detail::Shared> shared, std::string prefix,
+         Millis timeout);
 
-  std::shared_ptr<Shared> shared_;
-  std::string prefix_;  // PrefixStore chain, "" or "b/a/"
+  std::shared_ptr<client_detail::Shared> shared_;
+  // PrefixStore chain, "" or "b/a/".
+  std::string prefix_;
   Millis timeout_;
 };
 

@@ -117,7 +117,6 @@ class [[nodiscard]] Result {
 
   // The error; OK if this holds a value.
   Status error() const { return has_value() ? Status() : std::get<1>(v_); }
-  Status status() const { return error(); }
 
  private:
   std::variant<T, Status> v_;

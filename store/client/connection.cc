@@ -17,6 +17,8 @@
 #include <random>
 #include <thread>
 
+#include "protocol/requests.h"
+
 namespace tcpstore::client_detail {
 namespace {
 
@@ -236,13 +238,9 @@ Status Connection::handshake(Deadline deadline) {
   if (config_.dialect != protocol::Dialect::kV2) return Status::ok();
   const auto nonce = static_cast<std::uint32_t>(::getpid());
   std::string out;
-  protocol::Request req;
-  req.command = protocol::Command::kValidate;
-  req.u32 = protocol::kValidateMagic;
-  protocol::encodeRequest(config_.dialect, req, out);
-  req.command = protocol::Command::kPing;
-  req.u32 = nonce;
-  protocol::encodeRequest(config_.dialect, req, out);
+  protocol::encodeRequest(config_.dialect, protocol::requests::validate(), out);
+  protocol::encodeRequest(config_.dialect, protocol::requests::ping(nonce),
+                          out);
   Status s = sendBytes(out, deadline);
   if (!s) return s;
   OwnedReply reply;
