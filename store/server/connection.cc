@@ -379,6 +379,9 @@ Status Connections::open(LoopHandles& handles) {
   loop_ = handles.loop();
   auto check = handles.addCheck(this, &Connections::onCheck);
   if (!check) return check.status();
+  auto idle = handles.addIdle(this);
+  if (!idle) return idle.status();
+  flush_idle_ = *idle;
   auto stall = handles.addTimer(this);
   if (!stall) return stall.status();
   stall_timer_ = *stall;
@@ -437,6 +440,7 @@ void Connections::paused(Connection& c) {
 
 void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
+  uv_idle_stop(s->flush_idle_);
   s->flush_list_.run([](Connection* c) { c->flush(); });
 }
 

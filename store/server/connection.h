@@ -171,12 +171,18 @@ class Connections {
   bool beginStop() noexcept;
   // Closes every connection at once.
   void closeAll() noexcept;
+  // Output queued outside a read callback (a backend completing from a
+  // timer) is flushed on this loop turn: the poll phase must not block.
+  void flushSoon() noexcept {
+    if (!flush_list_.empty()) uv_idle_start(flush_idle_, &Connections::onIdle);
+  }
   // Warn lines about closed connections, rate-limited.
   void logRejection(std::string_view line) noexcept;
 
  private:
   friend class Connection;
   static void onCheck(uv_check_t* check) noexcept;
+  static void onIdle(uv_idle_t*) noexcept {}
   static void onStallTimer(uv_timer_t* timer) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
   void paused(Connection& c);
@@ -195,7 +201,8 @@ class Connections {
   // middle of a message too large for it.
   std::unique_ptr<char[]> scratch_;
   FlushList<Connection> flush_list_;
-  std::uint64_t total_output_ = 0;  // sum of outbox sizes
+  uv_idle_t* flush_idle_ = nullptr;  // active: the loop does not block
+  std::uint64_t total_output_ = 0;   // sum of outbox sizes
   // Paused connections checked for a stall; may hold stale or repeated ids.
   std::vector<ConnId> paused_ids_;
   uv_timer_t* stall_timer_ = nullptr;

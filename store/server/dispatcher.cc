@@ -111,6 +111,7 @@ void Dispatcher::deliver(const Effects& fx) {
   } catch (...) {
     log_.log(LogLevel::kError, "out of memory while routing a notification");
   }
+  conns_.flushSoon();
 }
 
 void Dispatcher::complete(ConnId conn, const Status& status,
@@ -127,6 +128,10 @@ void Dispatcher::complete(ConnId conn, const Status& status,
     pending_.erase(it);
   }
   c->setPending(false);
+  struct FlushSoon {
+    Connections& conns;
+    ~FlushSoon() { conns.flushSoon(); }
+  } flush_soon{conns_};
   try {
     if (!status.isOk()) {
       rejectRequest(*c, p.command, status);

@@ -15,6 +15,7 @@ struct LoopHandles::Slot {
     uv_timer_t timer;
     uv_async_t async;
     uv_check_t check;
+    uv_idle_t idle;
     uv_poll_t poll;
   };
   LoopHandles* owner = nullptr;
@@ -83,6 +84,13 @@ Result<uv_check_t*> LoopHandles::addCheck(void* data, uv_check_cb cb) {
   uv_check_start(&(*s)->check, cb);
   uv_unref(&(*s)->handle);
   return &(*s)->check;
+}
+
+Result<uv_idle_t*> LoopHandles::addIdle(void* data) {
+  auto s = add(data, nullptr, "uv_idle_init",
+               [&](Slot& x) { return uv_idle_init(&loop_, &x.idle); });
+  if (!s) return s.status();
+  return &(*s)->idle;
 }
 
 Result<uv_poll_t*> LoopHandles::addPoll(int fd, void* data,

@@ -33,11 +33,12 @@ class LoopHandles {
   uv_loop_t* loop() noexcept { return &loop_; }
 
   // Each returns the initialized handle (data = `data`), or an error.
-  // The check runs `cb` before every poll phase and does not keep the loop
-  // alive; timers and polls are created stopped.
+  // The check runs `cb` after every poll phase and does not keep the loop
+  // alive; timers, idles and polls are created stopped.
   Result<uv_timer_t*> addTimer(void* data);
   Result<uv_async_t*> addAsync(void* data, uv_async_cb cb);
   Result<uv_check_t*> addCheck(void* data, uv_check_cb cb);
+  Result<uv_idle_t*> addIdle(void* data);
   Result<uv_poll_t*> addPoll(int fd, void* data, OnClosed on_closed);
 
   void close(void* handle) noexcept;

@@ -57,6 +57,7 @@ class Outbox {
 template <typename T>
 class FlushList {
  public:
+  bool empty() const noexcept { return items_.empty(); }
   // Lists `t` for the next run() unless it is listed already.
   void add(T* t) {
     Outbox& o = t->outbox();
