@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "store/backend.h"
-#include "store/server/connection.h"
+#include "store/server/connections.h"
 #include "store/server/counters.h"
 #include "store/server/log.h"
 #include "store/server/loop_handles.h"

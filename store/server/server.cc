@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "store/memory_backend.h"
-#include "store/server/connection.h"
+#include "store/server/connections.h"
 #include "store/server/counters.h"
 #include "store/server/dispatcher.h"
 #include "store/server/listener.h"
