@@ -170,12 +170,13 @@ void Connection::noteDialect() noexcept {
 
 void Connection::resume() {
   if (closing_ || draining_) return;
-  if (!paused_ && !pending_ && !in_.empty()) {
+  // Stopping: requests not yet decoded are not started.
+  if (!paused_ && !pending_ && !set_.stopping_ && !in_.empty()) {
     drainBuffered();
     if (closing_) return;
     in_.trim();
   }
-  if (eof_ && !paused_ && !pending_) {
+  if (eof_ && !paused_ && !pending_ && !set_.stopping_) {
     eof_ = false;
     handleEof();
     return;
