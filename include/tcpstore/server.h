@@ -1,9 +1,10 @@
 // Embedding API of tcpstore-server: run the store server inside a process.
 //
-// A Server owns one libuv loop thread. start() binds and listens before it
+// A Server owns one libuv loop thread, which runs every connection and the
+// store's state (kept in memory). start() binds and listens before it
 // returns (so port() is valid at once); stop() may be called from any thread;
-// the destructor stops and joins. Thread-safety: port(), stop(), counters()
-// and wait() are safe from any thread; nothing else is shared.
+// the destructor stops and joins. Thread-safety: every method is safe from
+// any thread except stop() and the destructor from the loop thread itself.
 #pragma once
 
 #include <cstdint>
@@ -86,14 +87,21 @@ struct ServerCounters {
 
 class Server {
  public:
-  // Binds, listens and starts the loop thread. With options.multi_tenant and a
-  // live server of this process on options.port, returns that one.
+  // Binds, listens and starts the loop thread; blocks only for that. With
+  // options.multi_tenant and a live (not stopping) server of this process on
+  // options.port, returns that one instead. Errors: kInvalidArgument (an
+  // unknown log level, max_buffered_output_bytes 0, a listen_fd that is not
+  // a bound TCP socket or is bound to another port), kIoError (cannot
+  // resolve, bind or listen: "port P is already in use ..." first; cannot
+  // start the thread). On error nothing is left running and an adopted
+  // listen_fd is closed only if it had been taken over.
   static Result<std::shared_ptr<Server>> start(const ServerOptions& options);
 
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // The bound port (the one picked, for options.port 0). Never blocks.
   std::uint16_t port() const noexcept;
   // "[::]:29500" or "127.0.0.1:29500": the bound address, as printed by the
   // tcpstore-server "listening on" line.
@@ -107,6 +115,8 @@ class Server {
   // Blocks until the server has stopped (by stop() from another thread).
   void wait();
 
+  // A snapshot of the counters; each is exact, the set is not atomic (a
+  // request may be counted in one field and not yet in another). Never blocks.
   ServerCounters counters() const;
   // One-line summary of counters ("requests set=3 get=5 ... conns ...").
   std::string countersLine() const;

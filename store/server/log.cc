@@ -45,4 +45,64 @@ void logLine(LogLevel level, std::string_view msg) noexcept {
   }
 }
 
+std::uint64_t RateLimitedLog::add(std::uint64_t now,
+                                  std::string_view line) noexcept {
+  if (now - window_ms_ >= kWindowMs) endWindow(now);
+  if (lines_ < per_window_) {
+    ++lines_;
+    logLine(LogLevel::kWarn, line);
+    return 0;
+  }
+  if (suppressed_++ == 0) return window_ms_ + kWindowMs - now;
+  return 0;
+}
+
+void RateLimitedLog::endWindow(std::uint64_t now) noexcept {
+  summarize();
+  window_ms_ = now;
+  lines_ = 0;
+}
+
+void RateLimitedLog::summarize() noexcept {
+  if (suppressed_ == 0) return;
+  try {
+    logLine(LogLevel::kWarn,
+            fmt::format("suppressed {} similar message(s)", suppressed_));
+  } catch (...) {
+  }
+  suppressed_ = 0;
+}
+
+std::uint64_t JoinProgress::note(std::uint64_t now, std::int64_t n) noexcept {
+  if (complete_) return 0;
+  latest_ = n;
+  if (n >= world_) {
+    complete_ = true;
+    write(now, n);
+    return 0;
+  }
+  if (n == logged_) return 0;
+  if (logged_ < 0 || now - logged_ms_ >= kEveryMs) {
+    write(now, n);
+    return 0;
+  }
+  if (armed_) return 0;
+  armed_ = true;
+  return logged_ms_ + kEveryMs - now;
+}
+
+void JoinProgress::onTimer(std::uint64_t now) noexcept {
+  armed_ = false;
+  if (!complete_ && latest_ != logged_) write(now, latest_);
+}
+
+void JoinProgress::write(std::uint64_t now, std::int64_t n) noexcept {
+  logged_ = n;
+  logged_ms_ = now;
+  try {
+    log_.log(LogLevel::kInfo, fmt::format("joined {}/{}", n, world_));
+  } catch (...) {
+  }
+}
+
 }  // namespace tcpstore::server

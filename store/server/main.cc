@@ -32,36 +32,49 @@ constexpr int kExitStopFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitBind = 3;
 
-constexpr std::string_view kUsage = R"(usage: tcpstore-server [options]
+// The help text; defaults come from ServerOptions, the one copy of them.
+std::string usage() {
+  const tcpstore::ServerOptions d;
+  const tcpstore::ServerLimits& l = d.limits;
+  return fmt::format(R"(usage: tcpstore-server [options]
 
 Serves the c10d TCPStore protocol of PyTorch 1.13 and 2.x on one port (the
 dialect is detected per connection).
 
   --host H                 address or name to bind (default: "::" dual-stack,
                            falling back to 0.0.0.0)
-  --port P                 port (default 29500; 0 picks a free one)
+  --port P                 port (default {port}; 0 picks a free one)
   --listen-fd N            adopt this already-bound TCP socket instead of binding
   --world-size N           log "joined N/W" progress of the "init/" counter
-  --max-key-bytes N        longest key accepted (default 8192)
-  --max-value-bytes N      longest value accepted (default 8388608)
-  --max-keys-per-request N most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET (default 131072)
-  --max-request-bytes N    largest single request (default 268435456)
+  --max-key-bytes N        longest key accepted (default {key})
+  --max-value-bytes N      longest value accepted (default {value})
+  --max-keys-per-request N most keys in one CHECK/WAIT/MULTI_GET/MULTI_SET (default {keys})
+  --max-request-bytes N    largest single request (default {request})
   --max-output-bytes N     unsent reply bytes per connection before it is paused
-                           (dropped at twice this; default 67108864)
+                           (dropped at twice this; default {output})
   --max-total-output-bytes N  unsent bytes over all connections past which a
                            large watch notification drops its receiver
-                           (default 1073741824)
+                           (default {total})
   --stalled-reader-ms N    drop a connection paused for output once its replies
-                           made no progress this long (default 30000; 0: never)
+                           made no progress this long (default {stall}; 0: never)
   --classic-compare-set    COMPARE_SET does not wake waiters (classic servers)
-  --log-level L            error, warn, info (default) or debug
+  --log-level L            error, warn, info or debug (default {level})
   --help                   show this help
   --version                show the version
 
 Prints "listening on HOST:PORT" on stdout once it accepts connections.
 SIGUSR1 prints the counters to stderr; SIGINT/SIGTERM stop cleanly.
 Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen.
-)";
+)",
+                     fmt::arg("port", d.port), fmt::arg("key", l.max_key_bytes),
+                     fmt::arg("value", l.max_value_bytes),
+                     fmt::arg("keys", l.max_keys_per_request),
+                     fmt::arg("request", l.max_request_bytes),
+                     fmt::arg("output", l.max_buffered_output_bytes),
+                     fmt::arg("total", l.max_total_output_bytes),
+                     fmt::arg("stall", l.stalled_reader_ms),
+                     fmt::arg("level", d.log_level));
+}
 
 int usageError(const std::string& msg) {
   std::fprintf(stderr,
@@ -120,7 +133,7 @@ int main(int argc, char** argv) {
       return true;
     };
     if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage.data(), stdout);
+      std::fputs(usage().c_str(), stdout);
       return kExitOk;
     } else if (arg == "--version") {
       std::printf("tcpstore-server %s\n", TCPSTORE_VERSION);

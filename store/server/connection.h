@@ -1,0 +1,134 @@
+// Connection: one client's socket, its input buffer and request stream, and
+// its outbox (connections.h holds them all and what they share).
+//
+// Data path of a connection: libuv reads into the loop-wide scratch buffer
+// (or, mid-way through a message too large for it, into the connection's
+// InputBuffer), the RequestStream decodes whole requests, each goes to the
+// RequestHandler (the dispatcher), whose replies come back through send()
+// into the Outbox, flushed once per loop turn.
+//
+// Decoding stops while the connection is paused (its unsent output is over
+// the cap, see backpressure.h) or holds a pending request (the backend
+// answers later); the bytes stay buffered and are decoded on resume. Reads
+// stop too while paused, and while pending with 64 KiB buffered.
+//
+// Lifetime: a Connection is created by Connections::accept(), closed once
+// by close() (the handler's onClosing() runs, then the handle is closed) and
+// deleted in the handle's close callback, so a pointer stays valid for the
+// rest of the loop turn in which it closed. Loop thread only.
+#pragma once
+
+#include <sys/socket.h>
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "protocol/codec.h"
+#include "store/effects.h"
+#include "store/server/backpressure.h"
+#include "store/server/counters.h"
+#include "store/server/input_buffer.h"
+#include "store/server/log.h"
+#include "store/server/outbox.h"
+
+namespace tcpstore::server {
+
+using store::ConnId;
+class Connection;
+class Connections;
+
+// Where a connection's decoded requests go (the dispatcher).
+class RequestHandler {
+ public:
+  // One decoded request of `c`; its views are valid during the call only.
+  // May send to any connection, close any (also `c`), or mark `c` pending.
+  // Throws std::bad_alloc only.
+  virtual void onRequest(Connection& c, const protocol::Request& req) = 0;
+  // `c` is closing (called once): forget it. Nothing more is sent to it.
+  virtual void onClosing(Connection& c) noexcept = 0;
+
+ protected:
+  ~RequestHandler() = default;
+};
+
+class Connection {
+ public:
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  ConnId id() const noexcept { return id_; }
+  bool closing() const noexcept { return closing_; }
+  std::string peerName() const;
+  std::string_view dialectName() const noexcept;
+  Outbox& outbox() noexcept { return outbox_; }
+
+  // Queues `bytes` for the client, applying the output policy: a push the
+  // client did not ask for (`requested` false) may drop a client that is
+  // behind; output over the cap pauses it. Throws std::bad_alloc.
+  void send(std::string_view bytes, bool requested);
+
+  // While pending, nothing more is decoded. setPending(false) does not
+  // decode: call resume() once the reply is routed.
+  void setPending(bool pending) noexcept { pending_ = pending; }
+  bool pending() const noexcept { return pending_; }
+  // Decodes the buffered requests (if not paused, pending or closing) and
+  // restarts reading if it had stopped. Throws std::bad_alloc.
+  void resume();
+
+  // Counts `counter`, logs "closing connection from P (dialect): reason"
+  // (rate-limited) and closes. No-op if closing.
+  void reject(Counter& counter, std::string_view reason) noexcept;
+  // Closes now: unsent output is dropped. Idempotent.
+  void close() noexcept;
+
+ private:
+  friend class Connections;
+  Connection(Connections& set, ConnId id);
+
+  static void onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept;
+  static void onRead(uv_stream_t* s, ssize_t nread,
+                     const uv_buf_t* buf) noexcept;
+  static void onWrite(uv_write_t* req, int status) noexcept;
+  static void onClosed(uv_handle_t* h) noexcept;
+
+  void handleRead(ssize_t nread, const uv_buf_t* buf);
+  void handleEof();
+  // Decodes and hands on requests from [data, data+len); returns the bytes
+  // consumed.
+  std::size_t drain(const char* data, std::size_t len);
+  void drainBuffered();
+  void noteDialect() noexcept;
+  void checkOutput();
+  void flush() noexcept;
+  void afterOutputDrained() noexcept;
+  void stopForShutdown() noexcept;
+  void updateReading() noexcept;
+  bool wantsToRead() const noexcept;
+  uv_stream_t* stream() noexcept {
+    return reinterpret_cast<uv_stream_t*>(&tcp_);
+  }
+
+  uv_tcp_t tcp_{};
+  Connections& set_;
+  const ConnId id_;
+  protocol::RequestStream stream_;
+  InputBuffer in_;
+  std::size_t need_ = 1;  // bytes that must be buffered before decoding again
+  Outbox outbox_;
+  sockaddr_storage peer_{};
+  StallClock stall_;
+  bool reading_ = false;
+  bool paused_ = false;   // output over the cap: no reading, no decoding
+  bool pending_ = false;  // a request awaits the backend: no decoding
+  bool eof_ = false;      // the peer half-closed; seen while pending
+  bool closing_ = false;
+  // The peer half-closed: close once the replies are out.
+  bool close_after_flush_ = false;
+  bool dialect_noted_ = false;
+  bool draining_ = false;  // inside drain(): resume() must not re-enter
+};
+
+}  // namespace tcpstore::server

@@ -1,0 +1,154 @@
+#include "store/server/connections.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tcpstore::server {
+
+namespace {
+// Rejection log lines per second before suppression.
+constexpr int kMaxRejectLinesPerSecond = 10;
+}  // namespace
+
+Connections::Connections(const protocol::Limits& limits,
+                         const OutputLimits& output, Counters& ctr,
+                         const Logger& log)
+    : limits_(limits),
+      output_(output),
+      ctr_(ctr),
+      log_(log),
+      scratch_(new char[kScratchBytes]),
+      rejections_(kMaxRejectLinesPerSecond) {}
+
+Connections::~Connections() = default;
+
+Status Connections::open(LoopHandles& handles) {
+  loop_ = handles.loop();
+  auto check = handles.addCheck(this, &Connections::onCheck);
+  if (!check) return check.status();
+  auto idle = handles.addIdle(this);
+  if (!idle) return idle.status();
+  flush_idle_ = *idle;
+  auto stall = handles.addTimer(this);
+  if (!stall) return stall.status();
+  stall_timer_ = *stall;
+  auto log = handles.addTimer(this);
+  if (!log) return log.status();
+  log_timer_ = *log;
+  return Status::ok();
+}
+
+void Connections::accept(int fd, const sockaddr_storage& peer) {
+  Connection* c = nullptr;
+  try {
+    c = new Connection(*this, next_id_++);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  uv_tcp_init(loop_, &c->tcp_);
+  c->tcp_.data = c;
+  auto* handle = reinterpret_cast<uv_handle_t*>(&c->tcp_);
+  if (uv_tcp_open(&c->tcp_, fd) != 0) {
+    ::close(fd);
+    bump(ctr_.accept_errors);
+    c->closing_ = true;
+    uv_close(handle, &Connection::onClosed);
+    return;
+  }
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  c->peer_ = peer;
+  try {
+    by_id_.emplace(c->id_, c);
+  } catch (...) {
+    c->closing_ = true;
+    uv_close(handle, &Connection::onClosed);  // closes fd
+    throw;
+  }
+  bump(ctr_.connections_accepted);
+  c->updateReading();
+}
+
+void Connections::closed(Connection& c) noexcept {
+  total_output_ -= c.outbox_.size();  // nothing more is sent or counted
+  handler_->onClosing(c);
+  by_id_.erase(c.id_);
+  bump(ctr_.connections_closed);
+}
+
+void Connections::paused(Connection& c) {
+  paused_ids_.push_back(c.id_);
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(stall_timer_))) {
+    const std::uint64_t every = stallCheckEveryMs(output_.stall_ms);
+    uv_timer_start(stall_timer_, &Connections::onStallTimer, every, every);
+  }
+}
+
+void Connections::onCheck(uv_check_t* check) noexcept {
+  auto* s = static_cast<Connections*>(check->data);
+  uv_idle_stop(s->flush_idle_);
+  s->flush_list_.run([](Connection* c) { c->flush(); });
+}
+
+// A paused connection is dropped once its output took no byte for
+// stall_ms: a client that never reads is paused, then dropped.
+void Connections::onStallTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Connections*>(timer->data);
+  const std::uint64_t now = s->now();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < s->paused_ids_.size(); ++i) {
+    Connection* c = s->find(s->paused_ids_[i]);
+    if (c == nullptr || c->closing_ || !c->paused_) continue;
+    const std::size_t queued = uv_stream_get_write_queue_size(c->stream());
+    if (c->stall_.stalled(now, queued, s->output_.stall_ms)) {
+      std::string why;
+      try {
+        why =
+            fmt::format("slow reader: {} bytes of replies not taken for {} ms",
+                        c->outbox_.size(), c->stall_.idleMs(now));
+      } catch (...) {
+      }
+      c->reject(s->ctr_.rejected_slow_reader, why);
+      continue;
+    }
+    s->paused_ids_[kept++] = c->id_;
+  }
+  s->paused_ids_.resize(kept);
+  if (kept == 0) uv_timer_stop(s->stall_timer_);
+}
+
+void Connections::logRejection(std::string_view line) noexcept {
+  const std::uint64_t wait = rejections_.add(now(), line);
+  if (wait > 0 && !stopping_) {
+    uv_timer_start(log_timer_, &Connections::onLogTimer, wait, 0);
+  }
+}
+
+void Connections::onLogTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Connections*>(timer->data);
+  s->rejections_.endWindow(s->now());
+}
+
+bool Connections::beginStop() noexcept {
+  stopping_ = true;
+  rejections_.endWindow(now());
+  try {
+    std::vector<Connection*> all;
+    all.reserve(by_id_.size());
+    for (auto& kv : by_id_) all.push_back(kv.second);
+    for (Connection* c : all) c->stopForShutdown();
+  } catch (...) {
+    closeAll();  // no memory to collect them: cut them all
+  }
+  return by_id_.empty();
+}
+
+void Connections::closeAll() noexcept {
+  while (!by_id_.empty()) by_id_.begin()->second->close();
+}
+
+}  // namespace tcpstore::server

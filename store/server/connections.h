@@ -1,0 +1,107 @@
+// Connections: every open connection of a server, and what they share: the
+// loop-wide read buffer, the flush list run once per loop turn, the
+// server-wide output total, the stall timer of paused connections and the
+// rate-limited rejection log. Loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "protocol/codec.h"
+#include "store/server/backpressure.h"
+#include "store/server/connection.h"
+#include "store/server/counters.h"
+#include "store/server/log.h"
+#include "store/server/loop_handles.h"
+#include "store/server/outbox.h"
+
+namespace tcpstore::server {
+
+class Connections {
+ public:
+  // Bytes of the loop-wide read buffer.
+  static constexpr std::size_t kScratchBytes = 64 * 1024;
+
+  // `limits` and `output` are copied; `ctr` and `log` outlive this.
+  Connections(const protocol::Limits& limits, const OutputLimits& output,
+              Counters& ctr, const Logger& log);
+  ~Connections();
+  Connections(const Connections&) = delete;
+  Connections& operator=(const Connections&) = delete;
+
+  // Adds this set's loop handles (flush check, stall and log timers).
+  Status open(LoopHandles& handles);
+  void setHandler(RequestHandler& handler) noexcept { handler_ = &handler; }
+  // Called once the last connection has closed after beginStop().
+  void setOnDrained(void (*fn)(void*) noexcept, void* arg) noexcept {
+    on_drained_ = fn;
+    on_drained_arg_ = arg;
+  }
+
+  // Serves an accepted socket (owns `fd` from here on). Throws
+  // std::bad_alloc (after closing `fd`).
+  void accept(int fd, const sockaddr_storage& peer);
+  std::size_t size() const noexcept { return by_id_.size(); }
+
+  // The open connection `id`, or nullptr (closed, or never existed).
+  Connection* find(ConnId id) const noexcept {
+    auto it = by_id_.find(id);
+    return it == by_id_.end() ? nullptr : it->second;
+  }
+  bool stopping() const noexcept { return stopping_; }
+  // Stop: reads end; a connection without unsent output closes now, the
+  // others once their output is written. Returns true if none is left.
+  bool beginStop() noexcept;
+  // Closes every connection at once.
+  void closeAll() noexcept;
+  // Output queued outside a read callback (a backend completing from a
+  // timer) is flushed on this loop turn: the poll phase must not block.
+  void flushSoon() noexcept {
+    if (!flush_list_.empty()) uv_idle_start(flush_idle_, &Connections::onIdle);
+  }
+  // Warn lines about closed connections, rate-limited.
+  void logRejection(std::string_view line) noexcept;
+
+ private:
+  friend class Connection;
+  static void onCheck(uv_check_t* check) noexcept;
+  static void onIdle(uv_idle_t*) noexcept {}
+  static void onStallTimer(uv_timer_t* timer) noexcept;
+  static void onLogTimer(uv_timer_t* timer) noexcept;
+  void paused(Connection& c);
+  void closed(Connection& c) noexcept;
+  std::uint64_t now() const noexcept { return uv_now(loop_); }
+
+  uv_loop_t* loop_ = nullptr;
+  const protocol::Limits limits_;
+  const OutputLimits output_;
+  Counters& ctr_;
+  const Logger& log_;
+  RequestHandler* handler_ = nullptr;
+  std::unordered_map<ConnId, Connection*> by_id_;
+  ConnId next_id_ = 1;
+  // Loop-wide read buffer: reads land here unless a connection is in the
+  // middle of a message too large for it.
+  std::unique_ptr<char[]> scratch_;
+  FlushList<Connection> flush_list_;
+  uv_idle_t* flush_idle_ = nullptr;  // active: the loop does not block
+  std::uint64_t total_output_ = 0;   // sum of outbox sizes
+  // Paused connections checked for a stall; may hold stale or repeated ids.
+  std::vector<ConnId> paused_ids_;
+  uv_timer_t* stall_timer_ = nullptr;
+  RateLimitedLog rejections_;
+  uv_timer_t* log_timer_ = nullptr;
+  // The request being decoded (views into a connection's bytes).
+  protocol::Request req_;
+  bool stopping_ = false;
+  void (*on_drained_)(void*) noexcept = nullptr;
+  void* on_drained_arg_ = nullptr;
+};
+
+}  // namespace tcpstore::server

@@ -1,0 +1,74 @@
+#include "store/server/counters.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+namespace tcpstore::server {
+
+static_assert(ServerCounters::kCommands ==
+              static_cast<int>(protocol::kCommandCount));
+
+namespace {
+std::uint64_t get(const Counter& a) noexcept {
+  return a.load(std::memory_order_relaxed);
+}
+}  // namespace
+
+Counter& Counters::forDecodeError(protocol::DecodeErrorCode code) noexcept {
+  using protocol::DecodeErrorCode;
+  switch (code) {
+    case DecodeErrorCode::kKeyTooLong:
+    case DecodeErrorCode::kValueTooLong:
+    case DecodeErrorCode::kTooManyKeys:
+    case DecodeErrorCode::kRequestTooLarge:
+      return rejected_limit;
+    default:
+      return rejected_protocol;
+  }
+}
+
+ServerCounters Counters::snapshot() const noexcept {
+  ServerCounters c;
+  for (int i = 0; i < ServerCounters::kCommands; ++i)
+    c.requests[i] = get(requests[i]);
+  c.requests_total = get(requests_total);
+  c.connections_accepted = get(connections_accepted);
+  c.connections_closed = get(connections_closed);
+  c.connections_open = c.connections_accepted >= c.connections_closed
+                           ? c.connections_accepted - c.connections_closed
+                           : 0;
+  c.connections_v113 = get(connections_v113);
+  c.connections_v2 = get(connections_v2);
+  c.rejected_protocol = get(rejected_protocol);
+  c.rejected_limit = get(rejected_limit);
+  c.rejected_semantic = get(rejected_semantic);
+  c.rejected_slow_reader = get(rejected_slow_reader);
+  c.accept_errors = get(accept_errors);
+  c.connections_shed = get(connections_shed);
+  c.bytes_in = get(bytes_in);
+  c.bytes_out = get(bytes_out);
+  return c;
+}
+
+std::string countersLine(const ServerCounters& c) {
+  std::string out = fmt::format("requests total={}", c.requests_total);
+  for (int i = 0; i < ServerCounters::kCommands; ++i) {
+    if (c.requests[i] == 0) continue;
+    std::string name(protocol::commandName(static_cast<protocol::Command>(i)));
+    for (char& ch : name)
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    out += fmt::format(" {}={}", name, c.requests[i]);
+  }
+  out += fmt::format(
+      " | conns accepted={} closed={} open={} v1.13={} v2={} | rejected "
+      "protocol={} limit={} semantic={} slow_reader={} | accept_errors={} "
+      "shed={} | bytes in={} out={}",
+      c.connections_accepted, c.connections_closed, c.connections_open,
+      c.connections_v113, c.connections_v2, c.rejected_protocol,
+      c.rejected_limit, c.rejected_semantic, c.rejected_slow_reader,
+      c.accept_errors, c.connections_shed, c.bytes_in, c.bytes_out);
+  return out;
+}
+
+}  // namespace tcpstore::server

@@ -1,0 +1,209 @@
+#include "store/server/dispatcher.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace tcpstore::server {
+
+using protocol::Command;
+using store::Backend;
+using store::ConnId;
+using store::Effects;
+
+namespace {
+// One huge MULTI_GET/LIST_KEYS reply must not pin its buffer for good.
+constexpr std::size_t kKeepEffectsBytes = 64 * 1024;
+}  // namespace
+
+Dispatcher::Dispatcher(Connections& conns, Backend& backend, Counters& ctr,
+                       const Logger& log, std::int64_t world_size)
+    : conns_(conns), backend_(backend), ctr_(ctr), log_(log) {
+  if (world_size > 0) join_.emplace(log, world_size);
+}
+
+Status Dispatcher::open(LoopHandles& handles) {
+  loop_ = handles.loop();
+  if (join_) {
+    auto t = handles.addTimer(this);
+    if (!t) return t.status();
+    join_timer_ = *t;
+  }
+  return backend_.open(*this, loop_);
+}
+
+void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
+  ctr_.countRequest(req.command);
+  const std::int64_t join = join_ ? joinCount(req) : kNoCount;
+  fx_.clear();
+  c.setPending(true);  // a completion during submit() sees it pending
+  ++depth_;
+  struct Leave {
+    Dispatcher* d;
+    ~Leave() { d->leaveDispatch(); }
+  } leave{this};
+  Result<Backend::Outcome> r = [&] {
+    try {
+      return backend_.submit(c.id(), req, fx_);
+    } catch (...) {
+      c.setPending(false);
+      throw;
+    }
+  }();
+  if (!r) {
+    c.setPending(false);
+    rejectRequest(c, req.command, r.status());
+    return;
+  }
+  if (*r == Backend::Outcome::kPending) {
+    // Not pending any more: the backend completed it inside submit().
+    if (c.pending()) pending_[c.id()] = Pending{req.command, join};
+    return;
+  }
+  c.setPending(false);
+  if (join != kNoCount) noteJoin(join, fx_, c.id());
+  route(fx_, &c);
+  if (fx_.bytes().capacity() > kKeepEffectsBytes) fx_ = Effects();
+}
+
+void Dispatcher::leaveDispatch() noexcept {
+  if (--depth_ > 0 || to_resume_.empty()) return;
+  // Index loop: a resumed connection's requests may complete others.
+  for (std::size_t i = 0; i < to_resume_.size(); ++i) {
+    Connection* c = conns_.find(to_resume_[i]);
+    if (c == nullptr) continue;
+    ++depth_;
+    try {
+      c->resume();
+    } catch (...) {
+      c->reject(ctr_.rejected_limit,
+                "out of memory while serving the connection");
+    }
+    --depth_;
+  }
+  to_resume_.clear();
+}
+
+void Dispatcher::onClosing(Connection& c) noexcept {
+  backend_.disconnect(c.id());
+  if (!pending_.empty()) pending_.erase(c.id());
+}
+
+void Dispatcher::route(const Effects& fx, Connection* self) {
+  for (const Effects::Send& send : fx.sends()) {
+    Connection* t = self != nullptr && send.conn == self->id()
+                        ? self
+                        : conns_.find(send.conn);
+    if (t == nullptr) continue;
+    t->send(fx.bytesOf(send), t == self);
+  }
+}
+
+void Dispatcher::rejectRequest(Connection& c, Command cmd, const Status& st) {
+  c.reject(
+      ctr_.forRejectedRequest(st),
+      fmt::format("{} rejected: {}", protocol::commandName(cmd), st.message()));
+}
+
+void Dispatcher::deliver(const Effects& fx) {
+  try {
+    route(fx, nullptr);
+  } catch (...) {
+    log_.log(LogLevel::kError, "out of memory while routing a notification");
+  }
+  conns_.flushSoon();
+}
+
+void Dispatcher::complete(ConnId conn, const Status& status,
+                          const Effects& fx) {
+  Connection* c = conns_.find(conn);
+  if (c == nullptr || !c->pending()) {
+    // Closed meanwhile (its bytes are dropped), or a stray completion.
+    deliver(fx);
+    return;
+  }
+  Pending p{Command::kGetNumKeys, kNoCount};
+  if (auto it = pending_.find(conn); it != pending_.end()) {
+    p = it->second;
+    pending_.erase(it);
+  }
+  c->setPending(false);
+  struct FlushSoon {
+    Connections& conns;
+    ~FlushSoon() { conns.flushSoon(); }
+  } flush_soon{conns_};
+  try {
+    if (!status.isOk()) {
+      rejectRequest(*c, p.command, status);
+      route(fx, nullptr);
+      return;
+    }
+    if (p.join_count != kNoCount) noteJoin(p.join_count, fx, conn);
+    route(fx, c);
+    if (depth_ > 0) {
+      to_resume_.push_back(conn);  // after the dispatch on the stack
+    } else {
+      c->resume();
+    }
+  } catch (...) {
+    c->reject(ctr_.rejected_limit,
+              "out of memory while serving the connection");
+  }
+}
+
+void Dispatcher::close(ConnId conn, const Status& why) {
+  Connection* c = conns_.find(conn);
+  if (c == nullptr) return;
+  if (log_.enabled(LogLevel::kWarn)) {
+    try {
+      conns_.logRejection(fmt::format("closing connection from {} ({}): {}",
+                                      c->peerName(), c->dialectName(),
+                                      why.message()));
+    } catch (...) {
+    }
+  }
+  c->close();
+}
+
+// ---- join progress ---------------------------------------------------------
+
+// torch's ranks count up "init/" with ADD (the new count is in the reply);
+// a SET carries the count as decimal text.
+std::int64_t Dispatcher::joinCount(
+    const protocol::Request& req) const noexcept {
+  if (req.key != "init/") return kNoCount;
+  if (req.command == Command::kAdd) return kFromReply;
+  if (req.command != Command::kSet) return kNoCount;
+  std::int64_t n = 0;
+  const char* end = req.value.data() + req.value.size();
+  auto [p, ec] = std::from_chars(req.value.data(), end, n);
+  if (ec != std::errc() || p != end || n < 0) return kNoCount;
+  return n;
+}
+
+void Dispatcher::noteJoin(std::int64_t count, const Effects& fx,
+                          ConnId conn) noexcept {
+  if (count == kFromReply) {
+    count = kNoCount;
+    for (const Effects::Send& s : fx.sends()) {
+      if (s.conn != conn) continue;
+      std::string_view b = fx.bytesOf(s);
+      if (b.size() != 8) break;
+      std::uint64_t v = 0;
+      for (int i = 7; i >= 0; --i)
+        v = (v << 8) | static_cast<unsigned char>(b[i]);
+      count = static_cast<std::int64_t>(v);
+      break;
+    }
+    if (count < 0) return;
+  }
+  const std::uint64_t wait = join_->note(uv_now(loop_), count);
+  if (wait > 0) uv_timer_start(join_timer_, &Dispatcher::onJoinTimer, wait, 0);
+}
+
+void Dispatcher::onJoinTimer(uv_timer_t* timer) noexcept {
+  auto* d = static_cast<Dispatcher*>(timer->data);
+  d->join_->onTimer(uv_now(d->loop_));
+}
+
+}  // namespace tcpstore::server

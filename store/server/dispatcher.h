@@ -1,0 +1,80 @@
+// Dispatcher: each decoded request goes to the Backend; the Effects it
+// returns are routed to the connections' outboxes. Counts requests per
+// command, turns a failed request into a closed connection (with its
+// reason and counter), and logs "joined K/N" progress.
+//
+// The dispatcher knows the backend only through store::Backend and is its
+// store::BackendHost. A request the backend leaves pending stops its
+// connection's decoding (its later bytes stay buffered) until complete();
+// completions arriving while a request is being dispatched (a backend
+// finishing one connection's request from another's submit()) resume their
+// connection once that dispatch has returned, so dispatch never re-enters
+// itself. ConnIds are never reused: a completion for a closed connection is
+// dropped. Loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "store/backend.h"
+#include "store/server/connections.h"
+#include "store/server/counters.h"
+#include "store/server/log.h"
+#include "store/server/loop_handles.h"
+
+namespace tcpstore::server {
+
+class Dispatcher final : public RequestHandler, public store::BackendHost {
+ public:
+  // world_size > 0 logs join progress of torch's "init/" counter.
+  Dispatcher(Connections& conns, store::Backend& backend, Counters& ctr,
+             const Logger& log, std::int64_t world_size);
+
+  // Adds the dispatcher's loop handles and opens the backend.
+  Status open(LoopHandles& handles);
+
+  // RequestHandler
+  void onRequest(Connection& c, const protocol::Request& req) override;
+  void onClosing(Connection& c) noexcept override;
+
+  // BackendHost (never throw: out of memory closes the connection).
+  void deliver(const store::Effects& fx) override;
+  void complete(store::ConnId conn, const Status& status,
+                const store::Effects& fx) override;
+  void close(store::ConnId conn, const Status& why) override;
+
+ private:
+  // What a pending request needs when it completes.
+  struct Pending {
+    protocol::Command command;
+    std::int64_t join_count;  // kNoCount, kFromReply, or a SET's count
+  };
+  static constexpr std::int64_t kNoCount = -1;
+  static constexpr std::int64_t kFromReply = -2;
+
+  void route(const store::Effects& fx, Connection* self);
+  void rejectRequest(Connection& c, protocol::Command cmd, const Status& st);
+  std::int64_t joinCount(const protocol::Request& req) const noexcept;
+  void noteJoin(std::int64_t count, const store::Effects& fx,
+                store::ConnId conn) noexcept;
+  static void onJoinTimer(uv_timer_t* timer) noexcept;
+  void leaveDispatch() noexcept;
+
+  Connections& conns_;
+  store::Backend& backend_;
+  Counters& ctr_;
+  const Logger& log_;
+  store::Effects fx_;
+  int depth_ = 0;  // onRequest() calls on the stack
+  std::vector<store::ConnId> to_resume_;
+  std::unordered_map<store::ConnId, Pending> pending_;
+  std::optional<JoinProgress> join_;
+  uv_timer_t* join_timer_ = nullptr;
+  uv_loop_t* loop_ = nullptr;
+};
+
+}  // namespace tcpstore::server
