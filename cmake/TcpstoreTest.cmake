@@ -16,6 +16,8 @@ function(tcpstore_add_test name)
   endif()
   add_executable(${name} ${T_SOURCES} ${TCPSTORE_TEST_MAIN})
   target_link_libraries(${name} PRIVATE ${T_LIBS} doctest::doctest tcpstore_flags)
+  # Tests include "tests/support/..." and internal headers by repo-relative path.
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
     TCPSTORE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
     TCPSTORE_BIN_DIR="${CMAKE_BINARY_DIR}/bin")

@@ -109,9 +109,8 @@ class RawConn {
                          int recv_buffer = 0) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return RawConn();
-    if (recv_buffer > 0 &&
-        ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &recv_buffer,
-                     sizeof recv_buffer) != 0) {
+    if (recv_buffer > 0 && ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &recv_buffer,
+                                        sizeof recv_buffer) != 0) {
       ::close(fd);
       return RawConn();
     }
@@ -158,8 +157,8 @@ class RawConn {
 
   // Receives exactly n bytes unless EOF/error/deadline comes first; returns
   // what arrived. closed() tells whether EOF or reset was seen.
-  std::string recv(std::size_t n,
-                   std::chrono::milliseconds timeout = scaled(std::chrono::seconds(5))) {
+  std::string recv(std::size_t n, std::chrono::milliseconds timeout =
+                                      scaled(std::chrono::seconds(5))) {
     std::string out;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     char buf[65536];
@@ -179,8 +178,9 @@ class RawConn {
 
   // Reads until the peer closes (EOF or reset) or the deadline passes.
   // Returns true if the connection was closed; `got` receives any bytes.
-  bool waitClosed(std::string* got = nullptr,
-                  std::chrono::milliseconds timeout = scaled(std::chrono::seconds(5))) {
+  bool waitClosed(
+      std::string* got = nullptr,
+      std::chrono::milliseconds timeout = scaled(std::chrono::seconds(5))) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     char buf[65536];
     for (;;) {

@@ -32,7 +32,8 @@ std::string readLine(int fd, milliseconds timeout) {
   std::string line;
   auto deadline = Clock::now() + timeout;
   while (line.empty() || line.back() != '\n') {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
@@ -272,8 +273,8 @@ TEST_CASE("CLI: a bad flag exits 2 with a hint") {
 
 TEST_CASE("CLI: a busy port exits 3") {
   auto s = ScopedServer::local();
-  Child c = spawnServer(
-      {"--host", "127.0.0.1", "--port", std::to_string(s->port())});
+  Child c =
+      spawnServer({"--host", "127.0.0.1", "--port", std::to_string(s->port())});
   ProcResult r = c.wait(Clock::now() + scaled(milliseconds(5000)));
   CAPTURE(r.err);
   CHECK(r.exit_code == 3);

@@ -391,8 +391,9 @@ TEST_CASE("a slow reader is paused, then dropped, without hurting others") {
   REQUIRE(slow.send(gets));
   CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; }));
   // Paused after the first reply: none of the other 63 GETs was parsed.
-  CHECK(s->counters().requests[static_cast<int>(
-            tcpstore::protocol::Command::kGet)] == 1);
+  CHECK(s->counters()
+            .requests[static_cast<int>(tcpstore::protocol::Command::kGet)] ==
+        1);
   // Others are served throughout.
   for (int i = 0; i < 5; ++i) CHECK(numKeys(writer, true) == 1);
   CHECK(slow.waitClosed(nullptr, scaled(milliseconds(10000))));
@@ -747,8 +748,10 @@ TEST_CASE(
   CHECK(after.rejected_slow_reader - before.rejected_slow_reader ==
         kWatchers - 2);
   const std::string updated = byte(0x00) + str("/wb") + str("a") + str(big);
-  CHECK(watchers[0].recv(updated.size(), scaled(milliseconds(5000))) == updated);
-  CHECK(watchers[1].recv(updated.size(), scaled(milliseconds(5000))) == updated);
+  CHECK(watchers[0].recv(updated.size(), scaled(milliseconds(5000))) ==
+        updated);
+  CHECK(watchers[1].recv(updated.size(), scaled(milliseconds(5000))) ==
+        updated);
   for (int i = 2; i < kWatchers; ++i) CHECK(watchers[i].waitClosed());
   CHECK(s->stop().isOk());
 }
@@ -781,7 +784,8 @@ TEST_CASE("a flood of small notifications drops watchers that do not read") {
   for (int i = 0; i < 50; ++i) REQUIRE(setter.send(batch));
   CHECK(numKeys(setter, false) == 1);
   CHECK(s->counters().rejected_slow_reader == kWatchers);
-  for (auto& w : watchers) CHECK(w.waitClosed(nullptr, scaled(milliseconds(10000))));
+  for (auto& w : watchers)
+    CHECK(w.waitClosed(nullptr, scaled(milliseconds(10000))));
   REQUIRE(setter.send(byte(v113::kSet) + str("/after") + str("x")));
   CHECK(waiter.recv(1) == byte(0x00));
   CHECK(s->stop().isOk());
