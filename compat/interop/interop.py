@@ -159,20 +159,22 @@ class Server:
         if counters:
             threading.Thread(target=err_reader, daemon=True).start()
 
+        listening = threading.Event()  # the listening line came, or stdout closed
+
         def reader():
             for line in self.proc.stdout:
                 line = line.rstrip("\n")
                 m = LISTEN_RE.match(line)
-                if m and self.port is None:
+                if m and self.port is None and not got:
                     got.append(int(m.group(2)))
+                    listening.set()
                 else:
                     say(f"[server stdout] {line}")
+            listening.set()
 
         self.thread = threading.Thread(target=reader, daemon=True)
         self.thread.start()
-        end = time.monotonic() + deadline
-        while not got and time.monotonic() < end and self.proc.poll() is None:
-            time.sleep(0.05)
+        listening.wait(deadline)
         if not got:
             rc = self.proc.poll()
             self.stop()

@@ -6,7 +6,7 @@
 // skipped (SKIP_RETURN_CODE, cmake/TcpstoreTest.cmake).
 #include <doctest/doctest.h>
 
-#include <cstdio>
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -332,8 +332,13 @@ TEST_CASE(
   auto ts = startTorch("2.14");
   Client a = connect(ts->port, Dialect::kV2, false);
   Client b = connect(ts->port, Dialect::kV2, false);
-  auto fa = std::async(std::launch::async,
-                       [&] { return a.waitForWorkers(3, scaled(60s)); });
+  // Set just before the third participant joins: a premature release of a
+  // (a bug) returns before it, whenever it is noticed.
+  std::atomic<bool> third_joining{false};
+  auto fa = std::async(std::launch::async, [&] {
+    tcpstore::Status st = a.waitForWorkers(3, scaled(60s));
+    return std::make_pair(st, third_joining.load());
+  });
   // A torch rank joins (world_size=3, not the master): ADD init/ 1 -> 2. On
   // 2.14 this wakes a's BARRIER although only 2 of 3 have arrived.
   std::string code =
@@ -346,11 +351,14 @@ TEST_CASE(
   argv.insert(argv.end(), {"-c", code});
   auto r = runProcess(argv, 90s);
   REQUIRE(r.exit_code == 0);
-  // Behaviour, not timing: a must still be waiting (1 s is ample for a
-  // premature release to show).
-  CHECK(fa.wait_for(1s) == std::future_status::timeout);
+  // The torch rank has exited, so its ADD (and the server's premature wake
+  // of a's BARRIER) happened long before this line; a must still be waiting.
+  CHECK(fa.wait_for(0s) == std::future_status::timeout);
+  third_joining = true;
   CHECK(b.waitForWorkers(3, scaled(30s)));  // the third: completes the count
   REQUIRE(fa.wait_for(scaled(30s)) == std::future_status::ready);
-  CHECK(fa.get());
+  auto [status, after_third] = fa.get();
+  CHECK(status);
+  CHECK(after_third);  // released by the third arrival, not before
   CHECK(a.check({}).value());
 }
