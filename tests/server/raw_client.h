@@ -244,8 +244,5 @@ inline bool checkFence(RawConn& c) {
   return c.send(keysMsg(v113::kCheck, {"/tcpstore-test-fence"})) &&
          c.recv(1) == byte(0x01);
 }
-inline bool fence(RawConn& c, bool v2x) {
-  return v2x ? pingFence(c) : checkFence(c);
-}
 
 }  // namespace tcpstore::test
