@@ -12,7 +12,7 @@ The server is started with `--host 127.0.0.1 --port 0` appended and must print
 The torch peers run through compat/peers/run.sh (set them up with compat/peers/setup.sh).
 
 A missing peer or server binary FAILS, unless TCPSTORE_SKIP_INTEROP=1 (then: loud SKIPPED,
-exit 0). Every process this script starts is reaped; on the overall deadline all of them are
+exit 77, which ctest reports as skipped: SKIP_RETURN_CODE in compat/CMakeLists.txt). Every process this script starts is reaped; on the overall deadline all of them are
 killed (by PID) and the run fails. Ends with the line `N passed, N failed`.
 Needs only the Python standard library (runs under any python3).
 """
@@ -26,12 +26,16 @@ import sys
 import threading
 import time
 
+# Exit status of a skipped run (ctest's SKIP_RETURN_CODE; never 0, which would read as passed).
+EXIT_SKIPPED = 77
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 RUN_SH = os.path.join(REPO, "compat", "peers", "run.sh")
 PEER_PY = os.path.join(HERE, "peer.py")
 LISTEN_RE = re.compile(r"^listening on (\[[0-9a-fA-F:.]+\]|[^\s:]+):(\d+)\s*$")
 SUMMARY_RE = re.compile(r": (\d+) passed, (\d+) failed\s*$")
+COUNTERS_RE = re.compile(r"requests total=\d+")
 
 children = []  # every Popen we started, for the deadline handler
 children_lock = threading.Lock()
@@ -107,7 +111,7 @@ def skip_or_fail(what):
     if os.environ.get("TCPSTORE_SKIP_INTEROP") == "1":
         loud(f"SKIPPED (TCPSTORE_SKIP_INTEROP=1): {what}")
         say("0 passed, 0 failed (SKIPPED)")
-        sys.exit(0)
+        sys.exit(EXIT_SKIPPED)
     loud(f"INTEROP PEER MISSING: {what} (set TCPSTORE_SKIP_INTEROP=1 to skip on purpose)")
     T.bad("peer available", what)
     sys.exit(T.finish())
@@ -126,29 +130,51 @@ def require_peer(version):
 
 
 class Server:
-    """The server under test; its stdout is drained by a thread after the listening line."""
+    """The server under test; its stdout is drained by a thread after the listening line.
 
-    def __init__(self, cmd, deadline=60.0):
+    With counters=True (our tcpstore-server) stderr is drained too, and SIGUSR1 makes the server
+    print its request counters there: count() reads one, an observable event to wait for."""
+
+    def __init__(self, cmd, deadline=60.0, counters=False):
         self.cmd = cmd + ["--host", "127.0.0.1", "--port", "0"]
         say(f"server: {' '.join(shlex.quote(c) for c in self.cmd)}")
-        self.proc = spawn(self.cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = spawn(self.cmd, stdout=subprocess.PIPE, text=True, bufsize=1,
+                          stderr=subprocess.PIPE if counters else None)
         self.port = None
+        self.counters = counters
+        self.counter_lines = []
+        self.counter_cond = threading.Condition()
         got = []
+
+        def err_reader():
+            for line in self.proc.stderr:
+                line = line.rstrip("\n")
+                if COUNTERS_RE.search(line):
+                    with self.counter_cond:
+                        self.counter_lines.append(line)
+                        self.counter_cond.notify_all()
+                else:
+                    say(f"[server stderr] {line}")
+
+        if counters:
+            threading.Thread(target=err_reader, daemon=True).start()
+
+        listening = threading.Event()  # the listening line came, or stdout closed
 
         def reader():
             for line in self.proc.stdout:
                 line = line.rstrip("\n")
                 m = LISTEN_RE.match(line)
-                if m and self.port is None:
+                if m and self.port is None and not got:
                     got.append(int(m.group(2)))
+                    listening.set()
                 else:
                     say(f"[server stdout] {line}")
+            listening.set()
 
         self.thread = threading.Thread(target=reader, daemon=True)
         self.thread.start()
-        end = time.monotonic() + deadline
-        while not got and time.monotonic() < end and self.proc.poll() is None:
-            time.sleep(0.05)
+        listening.wait(deadline)
         if not got:
             rc = self.proc.poll()
             self.stop()
@@ -159,6 +185,27 @@ class Server:
 
     def alive(self):
         return self.proc.poll() is None
+
+    def count(self, command, timeout=10.0):
+        """Our server: its counter of `command` requests now (SIGUSR1, then the printed line);
+        None if no counters line came within the timeout."""
+        with self.counter_cond:
+            seen = len(self.counter_lines)
+            self.proc.send_signal(signal.SIGUSR1)
+            if not self.counter_cond.wait_for(lambda: len(self.counter_lines) > seen, timeout):
+                return None
+            m = re.search(rf" {re.escape(command)}=(\d+)\b", self.counter_lines[-1])
+            return int(m.group(1)) if m else 0
+
+    def wait_count(self, command, at_least, timeout):
+        """Our server: waits (each round trip is one SIGUSR1 and its counters line) until the
+        counter of `command` reaches at_least; False at the deadline."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.alive():
+            n = self.count(command, timeout=max(0.1, end - time.monotonic()))
+            if n is not None and n >= at_least:
+                return True
+        return False
 
     def stop(self):
         if self.proc.poll() is None:
@@ -229,15 +276,22 @@ class Peer:
         return None
 
 
-def waiter_and_setter(port, wait_ver, set_ver, tag):
+def waiter_and_setter(server, wait_ver, set_ver, tag):
+    port = server.port
     key = f"{tag}_{wait_ver}_waits_for_{set_ver}"
     value = f"set by torch {set_ver}"
+    waits_before = server.count("wait") if server.counters else None
     w = Peer(wait_ver, "waiter", port, "--key", key, "--value", value,
              name=f"{wait_ver} waiter (woken by {set_ver})")
     if not w.waiting.wait(90):
         T.bad(w.name, "never reached its wait")
     else:
-        time.sleep(1.0)  # let the WAIT reach the server, so the set really has to wake it
+        if server.counters:
+            # The set must really wake the waiter: start it once the server has counted the WAIT.
+            T.check(waits_before is not None and server.wait_count("wait", waits_before + 1, 60),
+                    f"{w.name}: the server received its WAIT", "no WAIT counted within 60 s")
+        # A torch server shows nothing of its waiters: the setter starts after the waiter's
+        # WAITING line, so the wake path is likely but not proven there (torch-selfcheck only).
         s = Peer(set_ver, "setter", port, "--key", key, "--value", value, name=f"{set_ver} setter")
         s.finish(90)
     w.finish(90)
@@ -245,7 +299,7 @@ def waiter_and_setter(port, wait_ver, set_ver, tag):
 
 def mode_clients(server, version):
     Peer(version, "api", server.port).finish(240)
-    waiter_and_setter(server.port, version, version, "same")
+    waiter_and_setter(server, version, version, "same")
 
 
 def mode_mixed(server, va, vb):
@@ -254,8 +308,8 @@ def mode_mixed(server, va, vb):
         tag = f"x_{writer}_to_{reader}_"
         if Peer(writer, "write", port, "--tag", tag).finish(90):
             Peer(reader, "read", port, "--tag", tag).finish(90)
-    waiter_and_setter(port, vb, va, "mix")
-    waiter_and_setter(port, va, vb, "mix")
+    waiter_and_setter(server, vb, va, "mix")
+    waiter_and_setter(server, va, vb, "mix")
     # Concurrent counters from both dialects add up.
     times = 200
     adders = [Peer(v, "adder", port, "--key", "mixed_counter", "--times", times, name=f"{v} adder")
@@ -332,6 +386,7 @@ def main():
     signal.signal(signal.SIGTERM, on_deadline)
 
     cmd_text = args.server_cmd or os.environ.get("TCPSTORE_INTEROP_SERVER")
+    ours = not cmd_text
     if cmd_text:
         cmd = shlex.split(cmd_text)
     else:
@@ -341,7 +396,7 @@ def main():
     for v in args.versions:
         require_peer(v)
 
-    server = Server(cmd)
+    server = Server(cmd, counters=ours)
     try:
         if args.mode == "clients":
             mode_clients(server, args.versions[0])

@@ -2,6 +2,8 @@
 #include "tcpstore/client.h"
 
 #include <doctest/doctest.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,7 +15,9 @@
 #include "protocol/codec.h"
 #include "store/client/connection.h"
 #include "tcpstore/server.h"
-#include "tests/client/test_support.h"
+#include "tests/support/bound_port.h"
+#include "tests/support/deadline.h"
+#include "tests/support/scoped_server.h"
 
 using namespace std::chrono_literals;
 using tcpstore::Client;
@@ -24,18 +28,16 @@ using tcpstore::ServerOptions;
 using tcpstore::StatusCode;
 using tcpstore::protocol::Command;
 using tcpstore::test::Clock;
+using tcpstore::test::eventually;
 using tcpstore::test::scaled;
+using tcpstore::test::ScopedServer;
 
 namespace {
 
-std::shared_ptr<Server> startServer(std::uint16_t port = 0) {
+ScopedServer startServer(std::uint16_t port = 0) {
   ServerOptions o;
-  o.host = "127.0.0.1";
   o.port = port;
-  o.log_level = "error";
-  auto s = Server::start(o);
-  REQUIRE_MESSAGE(s.has_value(), s.error().toString());
-  return *s;
+  return ScopedServer::local(o);
 }
 
 ClientOptions optionsFor(const Server& s, Dialect d = Dialect::kV2) {
@@ -88,17 +90,6 @@ bool rawExists(const Server& s, std::string key) {
   auto r = raw(s, req);
   REQUIRE_MESSAGE(r.has_value(), r.error().toString());
   return r->byte == tcpstore::protocol::kCheckReady;
-}
-
-// Polls the server's counters (test-side only) until pred holds.
-template <typename P>
-bool eventually(P pred, std::chrono::milliseconds limit = 10s) {
-  auto end = Clock::now() + scaled(limit);
-  while (Clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
 }
 
 }  // namespace
@@ -303,30 +294,46 @@ TEST_CASE("16 threads x 1000 adds on one shared client") {
         1);  // all on the primary connection
 }
 
-TEST_CASE("client started 2 s before its server connects through retry") {
-  // The port is held by a bound, not listening socket: connects are refused
-  // and no other test can take it; the server then adopts that socket.
+TEST_CASE("a client started before its server connects through retry") {
+  // Until the server starts, the port belongs to a listen socket of the test
+  // that accepts each attempt and closes it at once (what a client sees of a
+  // server still starting): every retry is an event the test observes, so it
+  // waits for three of them instead of sleeping. Then the server adopts that
+  // socket, and the next attempt is served.
   tcpstore::test::BoundPort reserved;
   const std::uint16_t port = reserved.port();
   REQUIRE(port != 0);
+  const int lfd = reserved.release();
+  REQUIRE(::listen(lfd, 16) == 0);
   ClientOptions o;
   o.host = "127.0.0.1";
   o.port = port;
   o.connect_timeout = scaled(30s);
   o.timeout = scaled(10s);
+  o.retry.initial_backoff = 10ms;
+  o.retry.max_backoff = 50ms;
   o.share_connections = false;
   auto fut = std::async(std::launch::async, [&] { return Client::connect(o); });
-  std::this_thread::sleep_for(2s);
-  // The client has been retrying (refused) all along.
+  int refused = 0;
+  const auto deadline = Clock::now() + scaled(10s);
+  while (refused < 3 && Clock::now() < deadline) {
+    pollfd p{lfd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    linger l{1, 0};  // a reset, like a server that is not there yet
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    ++refused;
+  }
+  REQUIRE(refused == 3);
+  // The client has been retrying all along and is still at it.
   CHECK(fut.wait_for(0s) == std::future_status::timeout);
   ServerOptions so;
-  so.host = "127.0.0.1";
   so.port = port;
-  so.listen_fd = reserved.release();
-  so.log_level = "error";
-  auto started = Server::start(so);
-  REQUIRE_MESSAGE(started.has_value(), started.error().toString());
-  auto server = *started;
+  so.listen_fd = lfd;
+  auto server = ScopedServer::local(so);
+  REQUIRE(fut.wait_for(scaled(10s)) == std::future_status::ready);
   auto c = fut.get();
   REQUIRE_MESSAGE(c.has_value(), c.error().toString());
   REQUIRE(c->set("k", "v"));
@@ -602,9 +609,8 @@ TEST_CASE("host names and IPv6") {
   ServerOptions so;
   so.port = 0;
   so.log_level = "error";
-  auto s6 = Server::start(so);  // "::" dual stack by default
-  REQUIRE(s6.has_value());
-  o.port = (*s6)->port();
+  auto s6 = ScopedServer::start(so);  // "::" dual stack by default
+  o.port = s6->port();
   o.host = "[::1]";
   auto c6 = Client::connect(o);
   REQUIRE_MESSAGE(c6.has_value(), c6.error().toString());
@@ -634,7 +640,6 @@ TEST_CASE("a restarted server is reconnected to lazily on the next call") {
   REQUIRE(c->set("k", "1"));
   CHECK(c->get("k").value() == "1");  // opens a pooled wait connection too
   REQUIRE(server->stop());
-  server.reset();
   server = startServer(port);  // same port, empty store
   // Both the primary and the idle pooled connection are dead: detected
   // before use and replaced (the request was never sent on a dead socket).
@@ -669,7 +674,8 @@ TEST_CASE("large values and many keys in one reply") {
 }
 
 TEST_CASE(
-    "many concurrent waiters each get a connection; the idle pool is bounded") {
+    "many concurrent waiters each get a connection, and the idle pool is "
+    "bounded") {
   auto server = startServer();
   auto o = optionsFor(*server);
   o.max_idle_wait_connections = 2;

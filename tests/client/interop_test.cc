@@ -1,11 +1,12 @@
 // Interop tests (label interop): tcpstore::Client and tcpstore-cli against
 // real PyTorch TCPStore servers and clients: torch 1.13 on the host
 // (dialect 1.13), torch 2.6 and 2.14 from compat/peers (dialect 2.x).
-// A missing peer FAILS the test, unless TCPSTORE_SKIP_INTEROP=1 (then a loud
-// SKIPPED line is printed).
+// A missing peer FAILS the test, unless TCPSTORE_SKIP_INTEROP=1: then a loud
+// SKIPPED line is printed and the case exits 77, which ctest reports as
+// skipped (SKIP_RETURN_CODE, cmake/TcpstoreTest.cmake).
 #include <doctest/doctest.h>
 
-#include <cstdio>
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include "tcpstore/client.h"
-#include "tests/client/test_support.h"
+#include "tests/support/child.h"
+#include "tests/support/deadline.h"
+#include "tests/support/skip.h"
 
 using namespace std::chrono_literals;
 using tcpstore::Client;
@@ -66,15 +69,12 @@ struct TorchServer {
   }
 };
 
-// Returns nullptr (after a loud SKIPPED line) if interop is skipped; fails
-// the test if the peer cannot be started.
+// Skips the test case (exit 77) if interop is skipped; fails it if the peer
+// cannot be started.
 std::unique_ptr<TorchServer> startTorch(const std::string& version) {
   if (tcpstore::test::interopSkipped()) {
-    std::fprintf(stderr,
-                 "\n######## SKIPPED: interop with torch %s "
-                 "(TCPSTORE_SKIP_INTEROP=1) ########\n",
-                 version.c_str());
-    return nullptr;
+    tcpstore::test::skipTest("interop with torch " + version +
+                             " (TCPSTORE_SKIP_INTEROP=1)");
   }
   auto s = std::make_unique<TorchServer>(version);
   REQUIRE_MESSAGE(s->failure.empty(), s->failure);
@@ -189,7 +189,6 @@ void crossReadWrite(const std::string& version, std::uint16_t port, Dialect d) {
 
 TEST_CASE("torch 1.13 server: every 1.13 operation") {
   auto ts = startTorch("1.13");
-  if (!ts) return;
   Client c = connect(ts->port, Dialect::kV113);
   REQUIRE(c.set("k", "v"));
   CHECK(c.get("k").value() == "v");
@@ -219,21 +218,18 @@ TEST_CASE("torch 1.13 server: every 1.13 operation") {
 TEST_CASE(
     "torch 1.13 server: barrier and waitForWorkers fall back (no polling)") {
   auto ts = startTorch("1.13");
-  if (!ts) return;
   barrierAndWorkers(ts->port, Dialect::kV113, 3);
 }
 
 TEST_CASE(
     "torch 1.13: keys written by tcpstore are read by torch and vice versa") {
   auto ts = startTorch("1.13");
-  if (!ts) return;
   crossReadWrite("1.13", ts->port, Dialect::kV113);
 }
 
 TEST_CASE(
     "torch 1.13 server: a 2.x-dialect client fails typed within its deadline") {
   auto ts = startTorch("1.13");
-  if (!ts) return;
   ClientOptions o;
   o.port = ts->port;
   o.connect_timeout = 1500ms;
@@ -249,7 +245,6 @@ TEST_CASE(
 
 TEST_CASE("torch 1.13: waitForWorkers counts together with a torch rank") {
   auto ts = startTorch("1.13");
-  if (!ts) return;
   // A torch rank with world_size=2 (non-master): sends ADD init/ 1 only.
   std::string code =
       "import datetime\nimport torch.distributed as dist\n"
@@ -266,7 +261,6 @@ TEST_CASE(
     "torch 2.6 server: every operation it supports, 2.14-only ones refused "
     "cleanly") {
   auto ts = startTorch("2.6");
-  if (!ts) return;
   Client c = connect(ts->port, Dialect::kV2);
   REQUIRE(c.set("k", "v"));
   CHECK(c.get("k").value() == "v");
@@ -304,20 +298,17 @@ TEST_CASE(
 
 TEST_CASE("torch 2.6 server: barrier falls back after BARRIER is refused") {
   auto ts = startTorch("2.6");
-  if (!ts) return;
   barrierAndWorkers(ts->port, Dialect::kV2, 3);
 }
 
 TEST_CASE(
     "torch 2.6: keys written by tcpstore are read by torch and vice versa") {
   auto ts = startTorch("2.6");
-  if (!ts) return;
   crossReadWrite("2.6", ts->port, Dialect::kV2);
 }
 
 TEST_CASE("torch 2.14 server: BARRIER and LIST_KEYS are used") {
   auto ts = startTorch("2.14");
-  if (!ts) return;
   Client c = connect(ts->port, Dialect::kV2);
   REQUIRE(c.set("m1", "x"));
   REQUIRE(c.withPrefix("pg").set("a", "y"));
@@ -339,11 +330,15 @@ TEST_CASE(
     "torch 2.14: a torch rank's ADD init/ does not release waitForWorkers "
     "early") {
   auto ts = startTorch("2.14");
-  if (!ts) return;
   Client a = connect(ts->port, Dialect::kV2, false);
   Client b = connect(ts->port, Dialect::kV2, false);
-  auto fa = std::async(std::launch::async,
-                       [&] { return a.waitForWorkers(3, scaled(60s)); });
+  // Set just before the third participant joins: a premature release of a
+  // (a bug) returns before it, whenever it is noticed.
+  std::atomic<bool> third_joining{false};
+  auto fa = std::async(std::launch::async, [&] {
+    tcpstore::Status st = a.waitForWorkers(3, scaled(60s));
+    return std::make_pair(st, third_joining.load());
+  });
   // A torch rank joins (world_size=3, not the master): ADD init/ 1 -> 2. On
   // 2.14 this wakes a's BARRIER although only 2 of 3 have arrived.
   std::string code =
@@ -356,11 +351,14 @@ TEST_CASE(
   argv.insert(argv.end(), {"-c", code});
   auto r = runProcess(argv, 90s);
   REQUIRE(r.exit_code == 0);
-  // Behaviour, not timing: a must still be waiting (1 s is ample for a
-  // premature release to show).
-  CHECK(fa.wait_for(1s) == std::future_status::timeout);
+  // The torch rank has exited, so its ADD (and the server's premature wake
+  // of a's BARRIER) happened long before this line; a must still be waiting.
+  CHECK(fa.wait_for(0s) == std::future_status::timeout);
+  third_joining = true;
   CHECK(b.waitForWorkers(3, scaled(30s)));  // the third: completes the count
   REQUIRE(fa.wait_for(scaled(30s)) == std::future_status::ready);
-  CHECK(fa.get());
+  auto [status, after_third] = fa.get();
+  CHECK(status);
+  CHECK(after_third);  // released by the third arrival, not before
   CHECK(a.check({}).value());
 }

@@ -11,7 +11,10 @@
 #include "protocol/wire.h"
 #include "tcpstore/client.h"
 #include "tcpstore/server.h"
-#include "tests/client/test_support.h"
+#include "tests/support/bound_port.h"
+#include "tests/support/child.h"
+#include "tests/support/deadline.h"
+#include "tests/support/scoped_server.h"
 
 using namespace std::chrono_literals;
 using tcpstore::Server;
@@ -22,19 +25,16 @@ using tcpstore::test::Clock;
 using tcpstore::test::ProcResult;
 using tcpstore::test::runProcess;
 using tcpstore::test::scaled;
+using tcpstore::test::ScopedServer;
 
 namespace {
 
 const std::string kBin = TCPSTORE_BIN_DIR;
 
-std::shared_ptr<Server> startServer(const std::string& host = "127.0.0.1") {
+ScopedServer startServer(const std::string& host = "127.0.0.1") {
   ServerOptions o;
   o.host = host;
-  o.port = 0;
-  o.log_level = "error";
-  auto s = Server::start(o);
-  REQUIRE_MESSAGE(s.has_value(), s.error().toString());
-  return *s;
+  return ScopedServer::local(o);
 }
 
 std::uint64_t count(const Server& s, Command c) {
@@ -304,14 +304,14 @@ TEST_CASE(
   REQUIRE_MESSAGE(c.has_value(), c.error().toString());
   REQUIRE(c->set("k", "v"));  // the server is up and serving
   auto fut = std::async(std::launch::async, [&] { return c->wait({"never"}); });
-  // Let the WAIT reach the server (if it has not yet, the kill still ends
-  // the call: refused/closed instead of closed).
-  std::this_thread::sleep_for(200ms);
+  // The WAIT has reached the server once its counters (printed on SIGUSR1)
+  // count it.
+  REQUIRE(server.waitStderr(" wait=1 ", Clock::now() + scaled(10s),
+                            [&] { server.signal(SIGUSR1); }));
   REQUIRE(::kill(server.pid(), SIGKILL) == 0);
   REQUIRE(fut.wait_for(scaled(10s)) == std::future_status::ready);
   auto s = fut.get();
-  CHECK((s.code() == tcpstore::StatusCode::kClosed ||
-         s.code() == tcpstore::StatusCode::kRefused));
+  CHECK(s.code() == tcpstore::StatusCode::kClosed);
   (void)server.wait(Clock::now() + scaled(5s));
 }
 

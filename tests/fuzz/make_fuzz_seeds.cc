@@ -14,19 +14,13 @@
 #include <vector>
 
 #include "protocol/codec.h"
+#include "tests/support/hex.h"
 
 namespace fs = std::filesystem;
 using namespace tcpstore::protocol;
+using tcpstore::test::fromHex;
 
 namespace {
-
-std::string fromHex(const std::string& hex) {
-  std::string out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
 
 class Corpus {
  public:

@@ -12,34 +12,17 @@
 #include "protocol/message.h"
 #include "protocol/wire.h"
 #include "store/keyspace.h"
+#include "tests/support/hex.h"
 
 namespace tcpstore::store::testing {
 
 using protocol::Command;
 using protocol::Request;
 
+// Hex text comes from tests/support/hex.h.
+using tcpstore::test::fromHex;
 inline std::string hex(std::string_view bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 0xf]);
-  }
-  return out;
-}
-
-inline std::string fromHex(std::string_view h) {
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i + 1 < h.size(); i += 2) {
-    out.push_back(static_cast<char>(nib(h[i]) * 16 + nib(h[i + 1])));
-  }
-  return out;
+  return tcpstore::test::toHex(bytes);
 }
 
 // Wire fragments.

@@ -9,7 +9,7 @@ std::atomic<bool> g_counting{false};
 std::atomic<std::size_t> g_allocated{0};
 }  // namespace
 
-namespace tcpstore::protocol::test {
+namespace tcpstore::test {
 void startCountingAllocations() noexcept {
   g_allocated.store(0);
   g_counting.store(true);
@@ -18,7 +18,7 @@ std::size_t stopCountingAllocations() noexcept {
   g_counting.store(false);
   return g_allocated.load();
 }
-}  // namespace tcpstore::protocol::test
+}  // namespace tcpstore::test
 
 void* operator new(std::size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) {

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace tcpstore::protocol::test {
+namespace tcpstore::test {
 
 void startCountingAllocations() noexcept;
 // Stops counting; returns the bytes requested since the start.
@@ -21,4 +21,4 @@ class AllocationWindow {
   std::size_t stop() noexcept { return stopCountingAllocations(); }
 };
 
-}  // namespace tcpstore::protocol::test
+}  // namespace tcpstore::test

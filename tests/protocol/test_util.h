@@ -1,5 +1,6 @@
-// Helpers shared by the codec tests: hex conversion, the vectors file,
-// captured streams, printable requests, and a drain loop over RequestStream.
+// Helpers shared by the codec tests: the vectors file, captured streams,
+// printable requests, and a drain loop over RequestStream (hex conversion is
+// in tests/support/hex.h).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -16,43 +17,21 @@
 #include <vector>
 
 #include "protocol/codec.h"
+#include "tests/support/hex.h"
 
-namespace tcpstore::protocol::test {
+namespace tcpstore::test {
 
-inline std::string fromHex(std::string_view hex) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  int hi = -1;
-  for (char c : hex) {
-    if (c == ' ') continue;
-    int n = nibble(c);
-    if (n < 0) throw std::invalid_argument("bad hex digit");
-    if (hi < 0) {
-      hi = n;
-    } else {
-      out.push_back(static_cast<char>((hi << 4) | n));
-      hi = -1;
-    }
-  }
-  if (hi >= 0) throw std::invalid_argument("odd hex length");
-  return out;
-}
-
-inline std::string toHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    if (!out.empty()) out.push_back(' ');
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 0xf]);
-  }
-  return out;
-}
+// The codec's names, for the helpers below and the protocol tests.
+using protocol::Command;
+using protocol::commandName;
+using protocol::decodeErrorCodeName;
+using protocol::DecodeResult;
+using protocol::Dialect;
+using protocol::encodeRequest;
+using protocol::kCommandCount;
+using protocol::Reply;
+using protocol::Request;
+using protocol::RequestStream;
 
 inline std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -227,4 +206,4 @@ inline Drained drain(RequestStream& stream, std::string_view bytes) {
   return d;
 }
 
-}  // namespace tcpstore::protocol::test
+}  // namespace tcpstore::test

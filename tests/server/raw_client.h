@@ -16,24 +16,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
-namespace tcpstore::test {
+#include "tests/support/deadline.h"
+#include "tests/support/hex.h"
 
-// Test deadlines stretch under sanitizers (TCPSTORE_TEST_TIMEOUT_MULTIPLIER).
-inline int timeoutMultiplier() {
-  const char* m = std::getenv("TCPSTORE_TEST_TIMEOUT_MULTIPLIER");
-  int v = m ? std::atoi(m) : 1;
-  return v > 0 ? v : 1;
-}
-inline std::chrono::milliseconds scaled(int ms) {
-  return std::chrono::milliseconds(ms * timeoutMultiplier());
-}
+namespace tcpstore::test {
 
 // ---- wire building blocks (little-endian, protocol.md §1.2) ---------------
 inline std::string u32le(std::uint32_t v) {
@@ -61,29 +52,6 @@ inline std::uint64_t loadU64le(std::string_view s, std::size_t at = 0) {
     v = (v << 8) | static_cast<unsigned char>(s[at + i]);
   return v;
 }
-inline std::string fromHex(std::string_view hex) {
-  std::string out;
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return 0;
-  };
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>((nib(hex[i]) << 4) | nib(hex[i + 1])));
-  }
-  return out;
-}
-inline std::string toHex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
-}
-
 // 1.13 command codes (Dialect A) and 2.x codes (Dialect B).
 namespace v113 {
 inline constexpr std::uint8_t kSet = 0x00, kCompareSet = 0x01, kGet = 0x02,
@@ -135,9 +103,17 @@ class RawConn {
   ~RawConn() { close(); }
 
   // Connects to 127.0.0.1:port (blocking connect). !ok() on failure.
-  static RawConn connect(std::uint16_t port, const char* ip = "127.0.0.1") {
+  // recv_buffer > 0 pins SO_RCVBUF before connect, so the window this socket
+  // offers stays small whatever the machine's autotuning (tcp_rmem) allows.
+  static RawConn connect(std::uint16_t port, const char* ip = "127.0.0.1",
+                         int recv_buffer = 0) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return RawConn();
+    if (recv_buffer > 0 && ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &recv_buffer,
+                                        sizeof recv_buffer) != 0) {
+      ::close(fd);
+      return RawConn();
+    }
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_port = htons(port);
@@ -181,8 +157,8 @@ class RawConn {
 
   // Receives exactly n bytes unless EOF/error/deadline comes first; returns
   // what arrived. closed() tells whether EOF or reset was seen.
-  std::string recv(std::size_t n,
-                   std::chrono::milliseconds timeout = scaled(5000)) {
+  std::string recv(std::size_t n, std::chrono::milliseconds timeout =
+                                      scaled(std::chrono::seconds(5))) {
     std::string out;
     auto deadline = std::chrono::steady_clock::now() + timeout;
     char buf[65536];
@@ -202,8 +178,9 @@ class RawConn {
 
   // Reads until the peer closes (EOF or reset) or the deadline passes.
   // Returns true if the connection was closed; `got` receives any bytes.
-  bool waitClosed(std::string* got = nullptr,
-                  std::chrono::milliseconds timeout = scaled(5000)) {
+  bool waitClosed(
+      std::string* got = nullptr,
+      std::chrono::milliseconds timeout = scaled(std::chrono::seconds(5))) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     char buf[65536];
     for (;;) {
@@ -216,13 +193,6 @@ class RawConn {
       }
       if (got) got->append(buf, static_cast<std::size_t>(r));
     }
-  }
-
-  // True if nothing arrives (and no close) for `ms`.
-  bool quiet(std::chrono::milliseconds ms) {
-    pollfd p{fd_, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(ms.count()));
-    return r == 0;
   }
 
   bool closed() const { return closed_; }
@@ -253,15 +223,26 @@ class RawConn {
   bool abortive_ = false;
 };
 
-// Polls `pred` until true or the deadline; returns its last value.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = scaled(5000)) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return pred();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+// Fences: a round trip on the same connection. The server answers a
+// connection's requests in order and writes every byte it owes that
+// connection (a STOP_WAITING, a watch notification) in the order it produced
+// them, so when the fence's reply arrives first and intact, nothing was sent
+// to this connection before the server read the fence: this proves absence
+// (and that the server has processed every earlier request on it) without a
+// timer.
+//
+// 2.x: PING with a nonce whose bytes no other reply starts with.
+inline bool pingFence(RawConn& c) {
+  constexpr std::uint32_t kNonce = 0xC0DEFE4Cu;
+  return c.send(pingMsg(kNonce)) && c.recv(4) == u32le(kNonce);
+}
+// 1.13 (no PING): CHECK of a key no test sets; the reply is one NOT_READY
+// byte (0x01), which a stray STOP_WAITING (0x00) cannot be mistaken for. On a
+// connection that may get watch notifications use numKeys(), whose 8-byte
+// reply tells them apart.
+inline bool checkFence(RawConn& c) {
+  return c.send(keysMsg(v113::kCheck, {"/tcpstore-test-fence"})) &&
+         c.recv(1) == byte(0x01);
 }
 
 }  // namespace tcpstore::test

@@ -12,6 +12,8 @@
 
 #include "tcpstore/server.h"
 #include "tests/server/raw_client.h"
+#include "tests/support/child.h"
+#include "tests/support/scoped_server.h"
 
 namespace {
 
@@ -28,10 +30,10 @@ void raiseFdLimit() {
 // Reads one line (up to '\n') from fd within the deadline.
 std::string readLine(int fd, milliseconds timeout) {
   std::string line;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto deadline = Clock::now() + timeout;
   while (line.empty() || line.back() != '\n') {
-    auto left = std::chrono::duration_cast<milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    auto left =
+        std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
@@ -42,69 +44,12 @@ std::string readLine(int fd, milliseconds timeout) {
   return line;
 }
 
-std::string readAll(int fd, milliseconds timeout) {
-  std::string out;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto left = std::chrono::duration_cast<milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-    char buf[4096];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
-
-// Waits for a child with a deadline; kills it if it does not exit.
-int waitChild(pid_t pid, milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  for (;;) {
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-}
-
-struct Child {
-  pid_t pid = -1;
-  int out = -1;  // child's stdout
-  int err = -1;  // child's stderr
-};
-
+// tcpstore-server with these arguments, stdout and stderr on pipes.
 Child spawnServer(std::vector<std::string> args) {
-  std::string bin = std::string(TCPSTORE_BIN_DIR) + "/tcpstore-server";
-  int o[2], e[2];
-  REQUIRE(::pipe(o) == 0);
-  REQUIRE(::pipe(e) == 0);
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(o[1], 1);
-    ::dup2(e[1], 2);
-    ::close(o[0]);
-    ::close(o[1]);
-    ::close(e[0]);
-    ::close(e[1]);
-    std::vector<char*> argv;
-    argv.push_back(bin.data());
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(o[1]);
-  ::close(e[1]);
-  return Child{pid, o[0], e[0]};
+  args.insert(args.begin(), std::string(TCPSTORE_BIN_DIR) + "/tcpstore-server");
+  Child c;
+  REQUIRE(c.start(args));
+  return c;
 }
 
 std::uint16_t parseListening(const std::string& line,
@@ -117,17 +62,19 @@ std::uint16_t parseListening(const std::string& line,
   return static_cast<std::uint16_t>(std::stoi(line.substr(colon + 1)));
 }
 
+// The port of the "listening on HOST:PORT" line the server prints first.
+std::uint16_t listeningPort(Child& c, std::string* host = nullptr) {
+  auto line = c.readLine(Clock::now() + scaled(milliseconds(5000)));
+  REQUIRE(line.has_value());
+  CAPTURE(*line);
+  return parseListening(*line, host);
+}
+
 }  // namespace
 
 TEST_CASE("2000 concurrent 1.13 and 2.x connections each handshake and ADD") {
   raiseFdLimit();
-  tcpstore::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.log_level = "error";
-  auto r = tcpstore::Server::start(o);
-  REQUIRE(r.ok());
-  auto s = r.value();
+  auto s = ScopedServer::local();
   constexpr int kConns =
       2000;  // x2 fds in this process: within the 20000 limit
   std::vector<RawConn> conns;
@@ -198,7 +145,7 @@ TEST_CASE("EMFILE: the server sheds connections, keeps serving, and recovers") {
   }
   ::close(ctl[0]);
   ::close(rep[1]);
-  std::string port_line = readLine(rep[0], scaled(5000));
+  std::string port_line = readLine(rep[0], scaled(milliseconds(5000)));
   REQUIRE(!port_line.empty());
   auto port = static_cast<std::uint16_t>(std::stoi(port_line));
 
@@ -217,7 +164,7 @@ TEST_CASE("EMFILE: the server sheds connections, keeps serving, and recovers") {
       ++shed;
       continue;
     }
-    std::string r = conns[i].recv(8, scaled(3000));
+    std::string r = conns[i].recv(8, scaled(milliseconds(3000)));
     if (r.size() == 8) {
       served.push_back(i);
     } else {
@@ -240,13 +187,13 @@ TEST_CASE("EMFILE: the server sheds connections, keeps serving, and recovers") {
         RawConn c = RawConn::connect(port);
         c.setAbortiveClose();
         if (!c.ok() || !c.send(byte(v113::kGetNumKeys))) return false;
-        return c.recv(8, scaled(500)) == i64le(1);
+        return c.recv(8, scaled(milliseconds(500))) == i64le(1);
       },
-      scaled(10000));
+      milliseconds(10000));
   CHECK(recovered);
   conns.clear();
   REQUIRE(::write(ctl[1], "x", 1) == 1);
-  std::string result = readLine(rep[0], scaled(10000));
+  std::string result = readLine(rep[0], scaled(milliseconds(10000)));
   CAPTURE(result);
   CHECK(result.rfind("ok ", 0) == 0);
   auto counter = [&](const std::string& name) -> long {
@@ -259,7 +206,7 @@ TEST_CASE("EMFILE: the server sheds connections, keeps serving, and recovers") {
   CHECK(counter("shed") > 0);
   CHECK(counter("shed") <= shed);  // every shed connection saw a close
   CHECK(counter("accepted") >= static_cast<long>(served.size()) + 1);
-  int status = waitChild(pid, scaled(10000));
+  int status = waitPid(pid, Clock::now() + scaled(milliseconds(10000)));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   ::close(ctl[1]);
@@ -270,10 +217,8 @@ TEST_CASE(
     "CLI: --port 0 prints the listening line, serves, and exits 0 on SIGTERM") {
   Child c =
       spawnServer({"--port", "0", "--host", "127.0.0.1", "--world-size", "2"});
-  std::string line = readLine(c.out, scaled(5000));
-  CAPTURE(line);
   std::string host;
-  std::uint16_t port = parseListening(line, &host);
+  std::uint16_t port = listeningPort(c, &host);
   REQUIRE(port != 0);
   CHECK(host == "127.0.0.1");
   RawConn a = RawConn::connect(port);
@@ -283,38 +228,28 @@ TEST_CASE(
   CHECK(a.recv(8) == i64le(1));
   REQUIRE(b.send(byte(v113::kAdd) + str("init/") + i64le(1)));
   CHECK(b.recv(8) == i64le(2));
-  ::kill(c.pid, SIGUSR1);
-  ::kill(c.pid, SIGTERM);
-  int status = waitChild(c.pid, scaled(10000));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  std::string err = readAll(c.err, scaled(2000));
-  CAPTURE(err);
-  CHECK(err.find("joined 2/2") != std::string::npos);
+  c.signal(SIGUSR1);
+  c.signal(SIGTERM);
+  ProcResult r = c.wait(Clock::now() + scaled(milliseconds(10000)));
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("joined 2/2") != std::string::npos);
   // One counters line for SIGUSR1, one at exit.
-  CHECK(err.find("requests total=") != err.rfind("requests total="));
+  CHECK(r.err.find("requests total=") != r.err.rfind("requests total="));
   CHECK(a.waitClosed());
-  ::close(c.out);
-  ::close(c.err);
 }
 
 TEST_CASE("CLI: default host is dual-stack [::]") {
   Child c = spawnServer({"--port", "0"});
-  std::string line = readLine(c.out, scaled(5000));
-  CAPTURE(line);
   std::string host;
-  std::uint16_t port = parseListening(line, &host);
+  std::uint16_t port = listeningPort(c, &host);
   REQUIRE(port != 0);
   CHECK(host == "[::]");
   RawConn a = RawConn::connect(port, "127.0.0.1");
   REQUIRE(a.send(byte(v113::kGetNumKeys)));
   CHECK(a.recv(8) == i64le(0));
-  ::kill(c.pid, SIGINT);
-  int status = waitChild(c.pid, scaled(10000));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  ::close(c.out);
-  ::close(c.err);
+  c.signal(SIGINT);
+  CHECK(c.wait(Clock::now() + scaled(milliseconds(10000))).exit_code == 0);
 }
 
 TEST_CASE("CLI: a bad flag exits 2 with a hint") {
@@ -326,45 +261,29 @@ TEST_CASE("CLI: a bad flag exits 2 with a hint") {
         std::vector<std::string>{"--port"}}) {
     CAPTURE(args[0]);
     Child c = spawnServer(args);
-    int status = waitChild(c.pid, scaled(5000));
-    std::string err = readAll(c.err, scaled(1000));
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 2);
-    CHECK(err.find("--help") != std::string::npos);
-    ::close(c.out);
-    ::close(c.err);
+    ProcResult r = c.wait(Clock::now() + scaled(milliseconds(5000)));
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--help") != std::string::npos);
   }
   Child h = spawnServer({"--help"});
-  CHECK(readAll(h.out, scaled(2000)).find("--listen-fd") != std::string::npos);
-  int status = waitChild(h.pid, scaled(5000));
-  CHECK(WEXITSTATUS(status) == 0);
-  ::close(h.out);
-  ::close(h.err);
+  ProcResult r = h.wait(Clock::now() + scaled(milliseconds(5000)));
+  CHECK(r.out.find("--listen-fd") != std::string::npos);
+  CHECK(r.exit_code == 0);
 }
 
 TEST_CASE("CLI: a busy port exits 3") {
-  tcpstore::ServerOptions o;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.log_level = "error";
-  auto r = tcpstore::Server::start(o);
-  REQUIRE(r.ok());
-  Child c = spawnServer(
-      {"--host", "127.0.0.1", "--port", std::to_string(r.value()->port())});
-  int status = waitChild(c.pid, scaled(5000));
-  std::string err = readAll(c.err, scaled(1000));
-  CAPTURE(err);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 3);
-  CHECK(err.find("already in use") != std::string::npos);
-  ::close(c.out);
-  ::close(c.err);
-  CHECK(r.value()->stop().isOk());
+  auto s = ScopedServer::local();
+  Child c =
+      spawnServer({"--host", "127.0.0.1", "--port", std::to_string(s->port())});
+  ProcResult r = c.wait(Clock::now() + scaled(milliseconds(5000)));
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("already in use") != std::string::npos);
 }
 
 TEST_CASE("CLI: a flood of bad connections is logged rate-limited") {
   Child c = spawnServer({"--port", "0", "--host", "127.0.0.1"});
-  std::uint16_t port = parseListening(readLine(c.out, scaled(5000)));
+  std::uint16_t port = listeningPort(c);
   REQUIRE(port != 0);
   constexpr int kBad = 60;
   for (int i = 0; i < kBad; ++i) {
@@ -373,11 +292,10 @@ TEST_CASE("CLI: a flood of bad connections is logged rate-limited") {
     REQUIRE(b.send(byte(0xff)));
     CHECK(b.waitClosed());
   }
-  ::kill(c.pid, SIGTERM);
-  int status = waitChild(c.pid, scaled(10000));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  std::string err = readAll(c.err, scaled(2000));
+  c.signal(SIGTERM);
+  ProcResult r = c.wait(Clock::now() + scaled(milliseconds(10000)));
+  CHECK(r.exit_code == 0);
+  const std::string& err = r.err;
   int lines = 0;
   long suppressed = 0;
   for (std::size_t at = 0; (at = err.find('\n', at)) != std::string::npos;
@@ -397,6 +315,4 @@ TEST_CASE("CLI: a flood of bad connections is logged rate-limited") {
   CHECK(lines >= 10);
   CHECK(lines < kBad);                // not one line per bad connection
   CHECK(lines + suppressed == kBad);  // but every one is accounted for
-  ::close(c.out);
-  ::close(c.err);
 }

@@ -13,19 +13,41 @@
 
 #include "protocol/wire.h"
 #include "tests/server/raw_client.h"
+#include "tests/support/bound_port.h"
+#include "tests/support/scoped_server.h"
 
 namespace {
 
 using namespace tcpstore::test;
 using std::chrono::milliseconds;
 
-std::shared_ptr<tcpstore::Server> startServer(tcpstore::ServerOptions o = {}) {
-  o.host = "127.0.0.1";
-  o.port = 0;
-  if (o.log_level == "info") o.log_level = "error";
-  auto r = tcpstore::Server::start(o);
-  REQUIRE_MESSAGE(r.ok(), r.error().toString());
-  return r.value();
+ScopedServer startServer(const tcpstore::ServerOptions& o = {}) {
+  return ScopedServer::local(o);
+}
+
+// Back-pressure tests must not depend on how much the kernel buffers for a
+// peer that does not read (loopback autotuning lets tcp_rmem/tcp_wmem grow to
+// tens of MiB on some machines). These pin both ends: the server's send buffer
+// through an adopted listen socket (accepted sockets inherit it) and the
+// client's receive buffer before connect. The kernel then holds some tens of
+// KiB per connection, far below the replies these tests queue.
+constexpr int kPinnedBuffer = 16 * 1024;
+
+ScopedServer startPinned(tcpstore::ServerOptions o) {
+  BoundPort listen;
+  REQUIRE(listen.port() != 0);
+  REQUIRE(listen.pinSendBuffer(kPinnedBuffer));
+  o.port = listen.port();
+  o.listen_fd = listen.release();
+  return ScopedServer::local(o);
+}
+
+// A 2.x connection whose receive buffer is pinned (see kPinnedBuffer).
+RawConn pinned2(const tcpstore::Server& s) {
+  RawConn c = RawConn::connect(s.port(), "127.0.0.1", kPinnedBuffer);
+  REQUIRE(c.ok());
+  REQUIRE(c.handshake());
+  return c;
 }
 
 RawConn conn113(const tcpstore::Server& s) {
@@ -63,16 +85,16 @@ TEST_CASE("a 1.13 and a 2.x connection share keys and wake each other") {
   RawConn b = conn2(*s);
   // 1.13 waits, 2.x sets.
   REQUIRE(a.send(keysMsg(v113::kWait, {"/x"})));
-  CHECK(a.quiet(milliseconds(50)));
+  CHECK(checkFence(a));  // registered before the SET, and not answered
   REQUIRE(b.send(byte(v2::kSet) + str("/x") + str("from-2x")));
   CHECK(a.recv(1) == byte(0x00));
   CHECK(get(a, false, "/x") == "from-2x");
   // 2.x waits on two keys, 1.13 writes both (ADD, then SET).
   REQUIRE(b.send(keysMsg(v2::kWait, {"/y", "/z"})));
-  CHECK(b.quiet(milliseconds(50)));
+  CHECK(pingFence(b));
   REQUIRE(a.send(byte(v113::kAdd) + str("/y") + i64le(3)));
   CHECK(a.recv(8) == i64le(3));
-  CHECK(b.quiet(milliseconds(50)));
+  CHECK(pingFence(b));  // one of two keys: still waiting
   REQUIRE(a.send(byte(v113::kSet) + str("/z") + str("1")));
   CHECK(b.recv(1) == byte(0x00));
   REQUIRE(b.send(byte(v2::kAdd) + str("/y") + i64le(4)));
@@ -117,10 +139,9 @@ TEST_CASE("difference: a watcher is forgotten when its connection closes") {
   CHECK(numKeys(setter, false) == 0);  // lets the server see the close first
   RawConn fresh = conn113(*s);
   REQUIRE(setter.send(byte(v113::kSet) + str("/wf") + str("v")));
-  CHECK(numKeys(setter, false) == 1);
-  CHECK(numKeys(fresh, false) ==
-        1);  // exactly the 8-byte reply, no notification
-  CHECK(fresh.quiet(milliseconds(50)));
+  CHECK(numKeys(setter, false) == 1);  // the SET is done
+  // A fence: a notification would arrive before this 8-byte reply.
+  CHECK(numKeys(fresh, false) == 1);
   CHECK(s->stop().isOk());
 }
 
@@ -133,7 +154,8 @@ TEST_CASE(
     RawConn w2 = conn2(*s);
     REQUIRE(w1.send(keysMsg(v113::kWait, {"/dw"})));
     REQUIRE(w2.send(keysMsg(v2::kWait, {"/dw", "/dw2"})));
-    CHECK(w2.quiet(milliseconds(50)));
+    CHECK(checkFence(w1));  // both waits are registered
+    CHECK(pingFence(w2));
   }
   RawConn b = conn2(*s);
   CHECK(eventually([&] { return s->counters().connections_closed == 2; }));
@@ -154,7 +176,7 @@ TEST_CASE(
     RawConn w = conn2(*s);
     RawConn c = conn2(*s);
     REQUIRE(w.send(keysMsg(v2::kWait, {"/cs"})));
-    CHECK(w.quiet(milliseconds(50)));
+    CHECK(pingFence(w));
     REQUIRE(c.send(byte(v2::kCompareSet) + str("/cs") + str("") + str("v")));
     CHECK(c.recv(9) == str("v"));
     CHECK(w.recv(1) == byte(0x00));
@@ -167,9 +189,10 @@ TEST_CASE(
     RawConn w = conn113(*s);
     RawConn c = conn113(*s);
     REQUIRE(w.send(keysMsg(v113::kWait, {"/cs"})));
+    CHECK(checkFence(w));  // registered before the COMPARE_SET
     REQUIRE(c.send(byte(v113::kCompareSet) + str("/cs") + str("") + str("v")));
     CHECK(c.recv(9) == str("v"));
-    CHECK(w.quiet(milliseconds(150)));
+    CHECK(checkFence(w));  // and not woken by it
     REQUIRE(c.send(byte(v113::kSet) + str("/cs") + str("w")));
     CHECK(w.recv(1) == byte(0x00));
     CHECK(s->stop().isOk());
@@ -189,7 +212,7 @@ TEST_CASE("difference: a partial request never delays other connections") {
   RawConn other = conn2(*s);
   for (int i = 0; i < 20; ++i) {
     REQUIRE(other.send(byte(v2::kAdd) + str("/p") + i64le(1)));
-    CHECK(other.recv(8, scaled(2000)) == i64le(i + 1));
+    CHECK(other.recv(8, scaled(milliseconds(2000))) == i64le(i + 1));
   }
   // The partial messages complete later and are served.
   REQUIRE(stuck113.send(std::string(13, 'k') + str("val")));
@@ -348,44 +371,68 @@ TEST_CASE("bad input closes only the offending connection") {
 }
 
 TEST_CASE("a slow reader is paused, then dropped, without hurting others") {
+  // One 1 MiB reply against a 64 KiB cap: the server pauses the connection
+  // (stops reading and parsing it) as soon as the reply is queued, and once
+  // the kernel has taken what it can (pinned: far less than 1 MiB - 128 KiB),
+  // more than twice the cap is left unsent while a write is pending, so it
+  // drops the connection at once. stalled_reader_ms = 0: only the cap can
+  // drop it here (the stall timer has its own test below).
   tcpstore::ServerOptions o;
   o.limits.max_buffered_output_bytes = 64 * 1024;
-  auto s = startServer(o);
+  o.limits.stalled_reader_ms = 0;
+  auto s = startPinned(o);
   RawConn writer = conn2(*s);
   const std::string big(1 << 20, 'B');
   REQUIRE(writer.send(byte(v2::kSet) + str("/big") + str(big)));
   CHECK(numKeys(writer, true) == 1);
-  RawConn slow = conn2(*s);
-  // 64 MiB of replies: far beyond what the kernel buffers of a non-reading peer
-  // hold.
+  RawConn slow = pinned2(*s);
   std::string gets;
   for (int i = 0; i < 64; ++i) gets += byte(v2::kGet) + str("/big");
   REQUIRE(slow.send(gets));
-  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; },
-                   scaled(10000)));
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; }));
+  // Paused after the first reply: none of the other 63 GETs was parsed.
+  CHECK(s->counters()
+            .requests[static_cast<int>(tcpstore::protocol::Command::kGet)] ==
+        1);
   // Others are served throughout.
   for (int i = 0; i < 5; ++i) CHECK(numKeys(writer, true) == 1);
-  CHECK(slow.waitClosed(nullptr, scaled(10000)));
+  CHECK(slow.waitClosed(nullptr, scaled(milliseconds(10000))));
   CHECK(s->stop().isOk());
 }
 
 TEST_CASE("a client that pipelines without reading is paused, not dropped") {
   tcpstore::ServerOptions o;
-  o.limits.max_buffered_output_bytes = 16 * 1024;
-  auto s = startServer(o);
-  RawConn c = conn2(*s);
-  REQUIRE(c.send(byte(v2::kSet) + str("/v") + str(std::string(8000, 'x'))));
+  constexpr std::uint64_t kCap = 16 * 1024;
+  o.limits.max_buffered_output_bytes = kCap;
+  auto s = startPinned(o);
+  RawConn c = pinned2(*s);
+  const std::string value(8000, 'x');
+  REQUIRE(c.send(byte(v2::kSet) + str("/v") + str(value)));
   std::string batch;
-  const int kGets =
-      2000;  // ~16 MB of replies: more than the kernel buffers hold
+  const int kGets = 2000;  // ~16 MB of replies, the kernel holds ~64 KiB
   for (int i = 0; i < kGets; ++i) batch += byte(v2::kGet) + str("/v");
   std::thread sender([&] { (void)c.send(batch); });
-  // Now read everything, slowly at first.
-  std::this_thread::sleep_for(milliseconds(100));
-  std::string one = str(std::string(8000, 'x'));
+  // Read nothing until the server has paused this connection: it holds
+  // more than half the cap unsent (replies produced minus bytes written) and
+  // has read a whole GET it has not parsed (it stops parsing only when
+  // paused). Without reading, that state lasts.
+  const std::string one = str(value);
+  const std::string get1 = byte(v2::kGet) + str("/v");
+  const std::uint64_t before_gets =
+      validateMsg().size() + pingMsg(0).size() +
+      (byte(v2::kSet) + str("/v") + str(value)).size();
+  CHECK(eventually([&] {
+    const auto ctr = s->counters();
+    const std::uint64_t gets =
+        ctr.requests[static_cast<int>(tcpstore::protocol::Command::kGet)];
+    const std::uint64_t produced = 4 + gets * one.size();  // 4: PING reply
+    const std::uint64_t parsed = before_gets + gets * get1.size();
+    return produced > ctr.bytes_out + kCap / 2 &&
+           ctr.bytes_in >= parsed + get1.size();
+  }));
   int ok = 0;
   for (int i = 0; i < kGets; ++i) {
-    if (c.recv(one.size(), scaled(10000)) != one) break;
+    if (c.recv(one.size(), scaled(milliseconds(10000))) != one) break;
     ++ok;
   }
   sender.join();
@@ -420,10 +467,14 @@ TEST_CASE("stop() with clients connected, waiting and mid-message returns OK") {
 
 TEST_CASE("wait() returns when another thread stops the server") {
   auto s = startServer();
+  std::atomic<bool> waiting{false};
   std::thread t([&] {
-    std::this_thread::sleep_for(milliseconds(50));
-    (void)s->stop();
+    // Stop once the main thread is about to block in wait() (if it is not
+    // inside yet, wait() returns at once after stop(): also correct).
+    while (!waiting.load()) std::this_thread::yield();
+    CHECK(s->stop().isOk());
   });
+  waiting = true;
   s->wait();
   t.join();
   CHECK(RawConn::connect(s->port()).ok() == false);
@@ -435,23 +486,19 @@ TEST_CASE("multi_tenant returns the running server of that port") {
   o.port = 0;
   o.multi_tenant = true;
   o.log_level = "error";
-  auto a = tcpstore::Server::start(o);
-  REQUIRE(a.ok());
-  auto b = tcpstore::Server::start(o);  // port 0 never matches
-  REQUIRE(b.ok());
-  CHECK(a.value() != b.value());
-  o.port = a.value()->port();
-  auto c = tcpstore::Server::start(o);
-  REQUIRE(c.ok());
-  CHECK(c.value() == a.value());
-  CHECK(a.value()->stop().isOk());
+  auto a = ScopedServer::start(o);
+  auto b = ScopedServer::start(o);  // port 0 never matches
+  CHECK(a.shared() != b.shared());
+  o.port = a->port();
+  auto c = ScopedServer::start(o);
+  CHECK(c.shared() == a.shared());
+  CHECK(a->stop().isOk());
   // A stopped server is not reused: this binds anew (the port is free now).
-  auto d = tcpstore::Server::start(o);
-  REQUIRE_MESSAGE(d.ok(), d.error().toString());
-  CHECK(d.value() != a.value());
-  CHECK(d.value()->port() == o.port);
-  CHECK(d.value()->stop().isOk());
-  CHECK(b.value()->stop().isOk());
+  auto d = ScopedServer::start(o);
+  CHECK(d.shared() != a.shared());
+  CHECK(d->port() == o.port);
+  CHECK(d->stop().isOk());
+  CHECK(b->stop().isOk());
 }
 
 TEST_CASE("a port collision is a clean error") {
@@ -476,9 +523,7 @@ TEST_CASE(
     tcpstore::ServerOptions o;
     o.port = 0;
     o.log_level = "error";
-    auto r = tcpstore::Server::start(o);
-    REQUIRE(r.ok());
-    auto s = r.value();
+    auto s = ScopedServer::start(o);
     CHECK(s->address().rfind("[::]:", 0) == 0);
     RawConn c4 = RawConn::connect(s->port(), "127.0.0.1");
     REQUIRE(c4.ok());
@@ -507,30 +552,26 @@ TEST_CASE(
       MESSAGE("no IPv6 loopback here: " << r.error().toString());
       return;
     }
-    CHECK(r.value()->address() == "[::1]:" + std::to_string(r.value()->port()));
-    CHECK_FALSE(RawConn::connect(r.value()->port(), "127.0.0.1").ok());
-    CHECK(r.value()->stop().isOk());
+    ScopedServer s(r.value());
+    CHECK(s->address() == "[::1]:" + std::to_string(s->port()));
+    CHECK_FALSE(RawConn::connect(s->port(), "127.0.0.1").ok());
   }
   SUBCASE("an IPv4 literal binds only that address") {
     tcpstore::ServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
     o.log_level = "error";
-    auto r = tcpstore::Server::start(o);
-    REQUIRE(r.ok());
-    CHECK(r.value()->address() ==
-          "127.0.0.1:" + std::to_string(r.value()->port()));
-    CHECK_FALSE(RawConn::connect(r.value()->port(), "127.0.0.2").ok());
-    CHECK(r.value()->stop().isOk());
+    auto s = ScopedServer::start(o);
+    CHECK(s->address() == "127.0.0.1:" + std::to_string(s->port()));
+    CHECK_FALSE(RawConn::connect(s->port(), "127.0.0.2").ok());
   }
   SUBCASE("a host name") {
     tcpstore::ServerOptions o;
     o.host = "localhost";
     o.port = 0;
     o.log_level = "error";
-    auto r = tcpstore::Server::start(o);
-    REQUIRE_MESSAGE(r.ok(), r.error().toString());
-    CHECK(r.value()->stop().isOk());
+    auto s = ScopedServer::start(o);
+    CHECK(s->stop().isOk());
   }
   SUBCASE("an adopted listen fd") {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -544,12 +585,10 @@ TEST_CASE(
     o.listen_fd = fd;
     o.port = 0;
     o.log_level = "error";
-    auto r = tcpstore::Server::start(o);
-    REQUIRE_MESSAGE(r.ok(), r.error().toString());
-    CHECK(r.value()->port() == ntohs(sa.sin_port));
-    RawConn c = conn2(*r.value());
+    auto s = ScopedServer::start(o);
+    CHECK(s->port() == ntohs(sa.sin_port));
+    RawConn c = conn2(*s);
     CHECK(numKeys(c, true) == 0);
-    CHECK(r.value()->stop().isOk());
   }
   SUBCASE("a listen fd that is not a TCP socket, or on another port") {
     int p[2];
@@ -618,13 +657,14 @@ TEST_CASE("a 1.13 WAIT retried after a client-side timeout gets one byte") {
   RawConn a = conn113(*s);
   RawConn b = conn2(*s);
   REQUIRE(a.send(keysMsg(v113::kWait, {"/retry"})));
-  CHECK(a.quiet(milliseconds(50)));  // "timed out"
+  CHECK(checkFence(a));  // not answered: the client "times out"
   REQUIRE(a.send(keysMsg(v113::kWait, {"/retry"})));
-  CHECK(a.quiet(milliseconds(50)));
+  CHECK(checkFence(a));
   REQUIRE(b.send(byte(v2::kSet) + str("/retry") + str("x")));
   CHECK(a.recv(1) == byte(0x00));
+  // A second STOP_WAITING would arrive before this reply and shift it.
   CHECK(numKeys(a, false) == 1);
-  CHECK(a.quiet(milliseconds(50)));
+  CHECK(checkFence(a));
   CHECK(s->stop().isOk());
 }
 
@@ -646,7 +686,7 @@ TEST_CASE("a MULTI_GET whose reply exceeds the output limit closes only it") {
   for (auto k : keys) msg += str(k);
   REQUIRE(greedy.send(msg));
   std::string got;
-  CHECK(greedy.waitClosed(&got, scaled(10000)));
+  CHECK(greedy.waitClosed(&got, scaled(milliseconds(10000))));
   CHECK(got.empty());
   const auto after = s->counters();
   CHECK(after.rejected_limit == before.rejected_limit + 1);
@@ -655,7 +695,7 @@ TEST_CASE("a MULTI_GET whose reply exceeds the output limit closes only it") {
   // Two copies fit and are served.
   RawConn fine = conn2(*s);
   REQUIRE(fine.send(keysMsg(v2::kMultiGet, {"/mg", "/mg"})));
-  CHECK(fine.recv(2 * (8 + 60 * 1024), scaled(10000)).size() ==
+  CHECK(fine.recv(2 * (8 + 60 * 1024), scaled(milliseconds(10000))).size() ==
         2 * (8 + 60 * 1024));
   CHECK(numKeys(keeper, true) == 1);
   CHECK(s->stop().isOk());
@@ -671,7 +711,7 @@ TEST_CASE("APPEND cannot grow a value past the value limit") {
   }
   CHECK(get(c, true, "/ap").size() == 100);
   REQUIRE(c.send(byte(v2::kAppend) + str("/ap") + str("x")));
-  CHECK(c.waitClosed(nullptr, scaled(5000)));
+  CHECK(c.waitClosed(nullptr, scaled(milliseconds(5000))));
   CHECK(s->counters().rejected_limit == 1);
   std::string expected;
   for (int i = 0; i < 10; ++i) expected += "0123456789";
@@ -708,8 +748,10 @@ TEST_CASE(
   CHECK(after.rejected_slow_reader - before.rejected_slow_reader ==
         kWatchers - 2);
   const std::string updated = byte(0x00) + str("/wb") + str("a") + str(big);
-  CHECK(watchers[0].recv(updated.size(), scaled(5000)) == updated);
-  CHECK(watchers[1].recv(updated.size(), scaled(5000)) == updated);
+  CHECK(watchers[0].recv(updated.size(), scaled(milliseconds(5000))) ==
+        updated);
+  CHECK(watchers[1].recv(updated.size(), scaled(milliseconds(5000))) ==
+        updated);
   for (int i = 2; i < kWatchers; ++i) CHECK(watchers[i].waitClosed());
   CHECK(s->stop().isOk());
 }
@@ -721,11 +763,12 @@ TEST_CASE("a flood of small notifications drops watchers that do not read") {
   // waiter that is not behind still gets its STOP_WAITING.
   tcpstore::ServerOptions o;
   o.limits.max_total_output_bytes = 1024 * 1024;
-  auto s = startServer(o);
+  auto s = startPinned(o);
   constexpr int kWatchers = 3;
   std::vector<RawConn> watchers;
   for (int i = 0; i < kWatchers; ++i) {
-    watchers.push_back(conn113(*s));
+    watchers.push_back(RawConn::connect(s->port(), "127.0.0.1", kPinnedBuffer));
+    REQUIRE(watchers.back().ok());
     REQUIRE(watchers.back().send(byte(v113::kWatchKey) + str("/flood")));
     REQUIRE(watchers.back().recv(1) == byte(0x03));
   }
@@ -737,11 +780,12 @@ TEST_CASE("a flood of small notifications drops watchers that do not read") {
   for (int i = 0; i < 1000; ++i) {
     batch += byte(v113::kSet) + str("/flood") + str(v);
   }
-  // 50k SETs: ~21 MB of notifications per watcher, beyond kernel buffers.
+  // 50k SETs: ~21 MB of notifications per watcher; the kernel holds ~64 KiB.
   for (int i = 0; i < 50; ++i) REQUIRE(setter.send(batch));
   CHECK(numKeys(setter, false) == 1);
   CHECK(s->counters().rejected_slow_reader == kWatchers);
-  for (auto& w : watchers) CHECK(w.waitClosed(nullptr, scaled(10000)));
+  for (auto& w : watchers)
+    CHECK(w.waitClosed(nullptr, scaled(milliseconds(10000))));
   REQUIRE(setter.send(byte(v113::kSet) + str("/after") + str("x")));
   CHECK(waiter.recv(1) == byte(0x00));
   CHECK(s->stop().isOk());
@@ -754,19 +798,18 @@ TEST_CASE("a paused client that never reads is dropped once it stalls") {
   tcpstore::ServerOptions o;
   o.limits.max_buffered_output_bytes = 64 * 1024;
   o.limits.stalled_reader_ms = 300;
-  auto s = startServer(o);
+  auto s = startPinned(o);
   RawConn keeper = conn2(*s);
   REQUIRE(keeper.send(byte(v2::kSet) + str("/sv") +
                       str(std::string(40 * 1024, 's'))));
   CHECK(numKeys(keeper, true) == 1);
-  RawConn stuck = conn2(*s);
+  RawConn stuck = pinned2(*s);
   std::string gets;
   for (int i = 0; i < 1000; ++i) gets += byte(v2::kGet) + str("/sv");
   std::thread sender([&] { (void)stuck.send(gets); });
-  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; },
-                   scaled(10000)));
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; }));
   for (int i = 0; i < 3; ++i) CHECK(numKeys(keeper, true) == 1);
-  CHECK(stuck.waitClosed(nullptr, scaled(10000)));
+  CHECK(stuck.waitClosed(nullptr, scaled(milliseconds(10000))));
   sender.join();
   CHECK(s->stop().isOk());
 }

@@ -13,6 +13,7 @@
 #include "protocol/codec.h"
 #include "tcpstore/server.h"
 #include "tests/server/raw_client.h"
+#include "tests/support/scoped_server.h"
 
 namespace {
 
@@ -28,14 +29,7 @@ Json loadVectors() {
   return Json::parse(f);
 }
 
-std::shared_ptr<tcpstore::Server> startServer(tcpstore::ServerOptions o = {}) {
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.log_level = "error";
-  auto r = tcpstore::Server::start(o);
-  REQUIRE_MESSAGE(r.ok(), r.error().toString());
-  return r.value();
-}
+ScopedServer startServer() { return ScopedServer::local(); }
 
 // Which keys exist, maintained from the requests we send (an independent
 // model, so GETNUMKEYS / LIST_KEYS replies can be predicted).
@@ -195,7 +189,7 @@ TEST_CASE("vectors: 1.13 dialect replayed in order on one connection") {
     ++checked;
   }
   CHECK(checked == static_cast<int>(v["vectors"].size()));
-  CHECK(main.quiet(std::chrono::milliseconds(50)));
+  CHECK(checkFence(main));  // nothing left over after the last reply
   CHECK(server->stop().isOk());
 }
 
@@ -222,7 +216,7 @@ TEST_CASE("vectors: 2.x dialect replayed in order on one connection") {
     }
     if (op.rfind("WAIT [/late] then timeout: CANCEL_WAIT", 0) == 0) {
       REQUIRE(main.send(keysMsg(v2::kWait, {"/late"})));
-      CHECK(main.quiet(std::chrono::milliseconds(100)));
+      CHECK(pingFence(main));  // registered, and not answered
     }
     if (op.rfind("BARRIER /b world_size=2", 0) == 0) {
       // The earlier arrival, on another connection: released by ours.
@@ -231,7 +225,7 @@ TEST_CASE("vectors: 2.x dialect replayed in order on one connection") {
       REQUIRE(side.send(byte(v2::kCheck) + u64le(1) +
                         str("/b")));      // orders the BARRIER
       CHECK(side.recv(1) == byte(0x00));  // CHECK: /b exists (READY)
-      CHECK(side.quiet(std::chrono::milliseconds(50)));
+      CHECK(pingFence(side));             // the BARRIER is not released yet
     }
     if (op.rfind("MULTI_GET [/mg1, /missing]", 0) == 0) {
       // Raw MULTI_GET with a missing key: every classic server closes. Ours
@@ -270,8 +264,8 @@ TEST_CASE("vectors: 2.x dialect replayed in order on one connection") {
       reply = i64le(static_cast<std::int64_t>(model.keys.size()));
     if (reply.empty()) {
       if (op.rfind("VALIDATE", 0) == 0) {
-        // Nothing may come back; PING (the next vector) proves it.
-        CHECK(main.quiet(std::chrono::milliseconds(20)));
+        // Nothing may come back: a PING round trip proves it.
+        CHECK(pingFence(main));
       } else {
         REQUIRE(main.send(byte(v2::kGetNumKeys)));
         CHECK(toHex(main.recv(8)) ==

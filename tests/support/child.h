@@ -1,39 +1,46 @@
-// Helpers for the client tests: child processes with captured output and a
-// deadline, raw 2.x requests, a free-port reservation.
+// Child processes for the tests: argv spawned with stdout and stderr on
+// pipes, lines read with a deadline, exit collected with a deadline (killed
+// if it does not come). A Child that goes out of scope is killed and reaped.
 #pragma once
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include "tests/support/deadline.h"
 
 extern char** environ;
 
 namespace tcpstore::test {
 
-using Clock = std::chrono::steady_clock;
-
-// Multiplier from TCPSTORE_TEST_TIMEOUT_MULTIPLIER (sanitizer builds).
-inline int timeoutMultiplier() {
-  const char* m = std::getenv("TCPSTORE_TEST_TIMEOUT_MULTIPLIER");
-  int v = m ? std::atoi(m) : 1;
-  return v > 0 ? v : 1;
-}
-inline std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
-  return d * timeoutMultiplier();
+// Waits for `pid` to exit until the deadline (SIGKILL and reap after it).
+// Returns the waitpid status, or -1 if it had to be killed.
+inline int waitPid(pid_t pid, Clock::time_point deadline) {
+  for (;;) {
+    int st = 0;
+    const pid_t w = ::waitpid(pid, &st, WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) return w == pid ? st : -1;
+    if (Clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &st, 0);
+      return -1;
+    }
+    // Poll granularity only: the result does not depend on it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 struct ProcResult {
@@ -128,30 +135,40 @@ class Child {
     while (out_fd_ >= 0 || err_fd_ >= 0) {
       if (!pump(deadline)) break;
     }
-    for (;;) {
-      int st = 0;
-      pid_t w = ::waitpid(pid_, &st, WNOHANG);
-      if (w == pid_) {
-        pid_ = -1;
-        r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        break;
-      }
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &st, 0);
-        pid_ = -1;
-        r.timed_out = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const int st = waitPid(pid_, deadline);
+    pid_ = -1;
+    if (st == -1) {
+      r.timed_out = true;
+    } else {
+      r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
     r.out = consumed_out_ + out_;
     r.err = err_;
     return r;
   }
 
+  // Reads stderr (and stdout) until stderr holds `needle` or the deadline
+  // passes; true if found. `poke` runs before each poll round (e.g. sends
+  // SIGUSR1 so that the server prints its counters).
+  template <typename Poke>
+  bool waitStderr(std::string_view needle, Clock::time_point deadline,
+                  Poke poke) {
+    for (;;) {
+      if (err_.find(needle) != std::string::npos) return true;
+      if ((out_fd_ < 0 && err_fd_ < 0) || Clock::now() >= deadline)
+        return false;
+      poke();
+      (void)pump(std::min<Clock::time_point>(
+          deadline, Clock::now() + std::chrono::milliseconds(20)));
+    }
+  }
+  const std::string& err() const { return err_; }
+
   void terminate() {
     if (pid_ > 0) ::kill(pid_, SIGTERM);
+  }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
   }
 
  private:
@@ -196,44 +213,6 @@ inline ProcResult runProcess(const std::vector<std::string>& argv,
   Child c;
   if (!c.start(argv, extra_env)) return {};
   return c.wait(Clock::now() + scaled(timeout));
-}
-
-// A socket bound to 127.0.0.1:0 but not listening: connects to its port are
-// refused, and no other socket (a parallel test's server) can take the port.
-// release() hands the fd over (e.g. to ServerOptions::listen_fd).
-class BoundPort {
- public:
-  BoundPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
-      return;
-    socklen_t len = sizeof(a);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
-  ~BoundPort() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  BoundPort(const BoundPort&) = delete;
-  BoundPort& operator=(const BoundPort&) = delete;
-  std::uint16_t port() const { return port_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_ = -1;
-  std::uint16_t port_ = 0;
-};
-
-inline bool interopSkipped() {
-  const char* s = std::getenv("TCPSTORE_SKIP_INTEROP");
-  return s != nullptr && std::string(s) == "1";
 }
 
 }  // namespace tcpstore::test
