@@ -28,15 +28,15 @@ Connections::~Connections() = default;
 Status Connections::open(LoopHandles& handles) {
   loop_ = handles.loop();
   auto check = handles.addCheck(this, &Connections::onCheck);
-  if (!check) return check.status();
+  if (!check) return check.error();
   auto idle = handles.addIdle(this);
-  if (!idle) return idle.status();
+  if (!idle) return idle.error();
   flush_idle_ = *idle;
   auto stall = handles.addTimer(this);
-  if (!stall) return stall.status();
+  if (!stall) return stall.error();
   stall_timer_ = *stall;
   auto log = handles.addTimer(this);
-  if (!log) return log.status();
+  if (!log) return log.error();
   log_timer_ = *log;
   return Status::ok();
 }

@@ -26,7 +26,7 @@ Status Dispatcher::open(LoopHandles& handles) {
   loop_ = handles.loop();
   if (join_) {
     auto t = handles.addTimer(this);
-    if (!t) return t.status();
+    if (!t) return t.error();
     join_timer_ = *t;
   }
   return backend_.open(*this, loop_);
@@ -52,7 +52,7 @@ void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
   }();
   if (!r) {
     c.setPending(false);
-    rejectRequest(c, req.command, r.status());
+    rejectRequest(c, req.command, r.error());
     return;
   }
   if (*r == Backend::Outcome::kPending) {

@@ -26,10 +26,10 @@ Status Listener::open(const ListenSocket& sock) {
   fd_ = sock.fd;
   reserve_fd_ = openReserve();
   auto retry = handles_.addTimer(this);
-  if (!retry) return retry.status();
+  if (!retry) return retry.error();
   retry_ = *retry;
   auto poll = handles_.addPoll(fd_, this, &Listener::onPollClosed);
-  if (!poll) return poll.status();
+  if (!poll) return poll.error();
   poll_ = *poll;
   int rc = uv_poll_start(poll_, UV_READABLE, &Listener::onReadable);
   if (rc != 0) {

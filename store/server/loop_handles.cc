@@ -66,21 +66,21 @@ Result<LoopHandles::Slot*> LoopHandles::add(void* data, OnClosed on_closed,
 Result<uv_timer_t*> LoopHandles::addTimer(void* data) {
   auto s = add(data, nullptr, "uv_timer_init",
                [&](Slot& x) { return uv_timer_init(&loop_, &x.timer); });
-  if (!s) return s.status();
+  if (!s) return s.error();
   return &(*s)->timer;
 }
 
 Result<uv_async_t*> LoopHandles::addAsync(void* data, uv_async_cb cb) {
   auto s = add(data, nullptr, "uv_async_init",
                [&](Slot& x) { return uv_async_init(&loop_, &x.async, cb); });
-  if (!s) return s.status();
+  if (!s) return s.error();
   return &(*s)->async;
 }
 
 Result<uv_check_t*> LoopHandles::addCheck(void* data, uv_check_cb cb) {
   auto s = add(data, nullptr, "uv_check_init",
                [&](Slot& x) { return uv_check_init(&loop_, &x.check); });
-  if (!s) return s.status();
+  if (!s) return s.error();
   uv_check_start(&(*s)->check, cb);
   uv_unref(&(*s)->handle);
   return &(*s)->check;
@@ -89,7 +89,7 @@ Result<uv_check_t*> LoopHandles::addCheck(void* data, uv_check_cb cb) {
 Result<uv_idle_t*> LoopHandles::addIdle(void* data) {
   auto s = add(data, nullptr, "uv_idle_init",
                [&](Slot& x) { return uv_idle_init(&loop_, &x.idle); });
-  if (!s) return s.status();
+  if (!s) return s.error();
   return &(*s)->idle;
 }
 
@@ -98,7 +98,7 @@ Result<uv_poll_t*> LoopHandles::addPoll(int fd, void* data,
   auto s = add(data, on_closed, "uv_poll_init_socket", [&](Slot& x) {
     return uv_poll_init_socket(&loop_, &x.poll, fd);
   });
-  if (!s) return s.status();
+  if (!s) return s.error();
   return &(*s)->poll;
 }
 

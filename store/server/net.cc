@@ -205,7 +205,7 @@ Result<ListenSocket> openListenSocket(const std::string& host,
   const int backlog = listenBacklog();
   if (listen_fd >= 0) return adopt(listen_fd, port, backlog);
   auto candidates = candidatesFor(host, port);
-  if (!candidates) return candidates.status();
+  if (!candidates) return candidates.error();
   std::string failures;
   bool in_use = false;
   for (const Candidate& c : *candidates) {

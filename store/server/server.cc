@@ -113,15 +113,15 @@ struct Server::Impl final : server::AcceptHandler {
 
 Status Server::Impl::init() {
   auto level = server::checkOptions(options);
-  if (!level) return level.status();
+  if (!level) return level.error();
   log.setLevel(*level);
   Status st = handles.init();
   if (!st.isOk()) return st;
   auto async = handles.addAsync(this, &Impl::onStopAsync);
-  if (!async) return async.status();
+  if (!async) return async.error();
   stop_async = *async;
   auto timer = handles.addTimer(this);
-  if (!timer) return timer.status();
+  if (!timer) return timer.error();
   stop_timer = *timer;
   conns.setHandler(dispatcher);
   conns.setOnDrained(&Impl::onDrained, this);
@@ -130,7 +130,7 @@ Status Server::Impl::init() {
   backend_open = true;
   auto sock = server::openListenSocket(options.host, options.port,
                                        options.listen_fd, log);
-  if (!sock) return sock.status();
+  if (!sock) return sock.error();
   if (st = listener.open(*sock); !st.isOk()) return st;
   port = sock->port;
   address = sock->address;

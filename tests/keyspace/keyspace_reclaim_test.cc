@@ -36,7 +36,7 @@ std::size_t drain(Keyspace& ks, std::size_t step) {
   return calls;
 }
 
-TEST_CASE("disconnect detaches a large wait at once; reclaim frees it") {
+TEST_CASE("disconnect detaches a large wait at once, and reclaim frees it") {
   Harness h;
   const auto keys = keysNamed("/absent/", 10000);
   REQUIRE(h.run(7, waitKeys(views(keys))).empty());

@@ -132,7 +132,7 @@ class LaterBackend final : public Backend {
       inner_.disconnect(j.conn);  // forget what it registered meanwhile
       ++stats_.completions_after_close;
     }
-    host_->complete(j.conn, r ? Status::ok() : r.status(), fx);
+    host_->complete(j.conn, r ? Status::ok() : r.error(), fx);
   }
 
   tcpstore::store::MemoryBackend inner_;
