@@ -1,0 +1,155 @@
+// EtcdBackend: a store::Backend that keeps the state in etcd v3, so the
+// server in front of it is a stateless gateway (several may serve one job).
+//
+// Every key K of the job is stored as options.prefix + K; values are bytes.
+// Commands map to etcd as follows (PyTorch's semantics, the Keyspace's reply
+// bytes, both dialects):
+//   SET -> Put;  GET -> Range;  DELETE_KEY -> DeleteRange;
+//   GETNUMKEYS -> count-only Range of the prefix;  LIST_KEYS -> keys-only
+//   Range of the prefix;  CHECK / MULTI_GET -> Txns of Ranges (at most 128
+//   ops each; later Txns read at the first one's revision: one snapshot);
+//   MULTI_SET -> Txns of Puts (at most 128 each; not atomic past 128 keys);
+//   COMPARE_SET, APPEND -> compare-on-mod_revision Txns, retried on conflict;
+//   ADD -> the same, and concurrent ADDs to one key from this gateway are
+//   combined: one Txn per batch, each caller handed its own value in the
+//   batch's order;
+//   WAIT -> a snapshot read, then ONE prefix Watch per backend (started at
+//   the first waiter's read revision + 1, resumed across failures) that
+//   releases local waiters as keys are written;
+//   CANCEL_WAIT -> local.
+// Not supported (the connection is closed with a kNotSupported error that
+// names the command): WATCH_KEY, QUEUE_PUSH/POP/LEN, BARRIER.
+//
+// Failures: an operation that cannot complete within options.op_timeout, or
+// a compare-and-swap whose outcome is unknown (the Txn may or may not have
+// been applied), closes the connection that asked with an error; never a
+// guessed answer. Waiters are closed with an error if the watch is lost.
+//
+// Threads: the Backend contract (loop thread only); gRPC's completions are
+// moved onto the loop by EtcdRpc.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "protocol/message.h"
+#include "store/backend.h"
+#include "store/etcd/etcd_options.h"
+
+namespace tcpstore::store {
+
+namespace etcd {
+class EtcdRpc;
+class PrefixWatch;
+}  // namespace etcd
+
+class EtcdBackend final : public Backend {
+ public:
+  explicit EtcdBackend(EtcdOptions options);
+  ~EtcdBackend() override;
+  EtcdBackend(const EtcdBackend&) = delete;
+  EtcdBackend& operator=(const EtcdBackend&) = delete;
+
+  // Starts the gRPC polling thread and the loop bridge. Does not contact
+  // etcd (the first request does): an unreachable etcd shows as errors on
+  // the connections, not as a failed start.
+  Status open(BackendHost& host, uv_loop_s* loop) override;
+  Result<Outcome> submit(ConnId conn, const protocol::Request& req,
+                         Effects& fx) override;
+  void disconnect(ConnId conn) override;
+  void close() override;
+
+  const EtcdOptions& options() const noexcept { return options_; }
+  // Etcd Txns sent for ADD (for tests of combining).
+  std::uint64_t addTxns() const noexcept { return add_txns_; }
+  // Connections with a pending WAIT.
+  std::size_t numWaitingConnections() const noexcept { return waits_.size(); }
+
+ private:
+  // ---- plain commands (etcd_backend.cc) ----------------------------------
+  std::string full(std::string_view key) const;
+  void fail(ConnId conn, const Status& why);
+  void reply(ConnId conn, std::string bytes);
+  void readKeys(std::vector<std::string> keys,
+                std::function<void(const Status&, std::int64_t revision,
+                                   std::vector<const std::string*> values)>
+                    done);
+  void doSet(ConnId conn, std::string_view key, std::string_view value);
+  void doGet(ConnId conn, std::string_view key);
+  void doDelete(ConnId conn, std::string_view key);
+  void doNumKeys(ConnId conn);
+  void doListKeys(ConnId conn);
+  void doCheck(ConnId conn, const std::vector<std::string_view>& keys);
+  void doMultiGet(ConnId conn, const std::vector<std::string_view>& keys);
+  void doMultiSet(ConnId conn, const protocol::Request& req);
+
+  // ---- compare-and-swap commands (etcd_backend_cas.cc) --------------------
+  // One ADD, APPEND or COMPARE_SET, queued per key: one Txn in flight per
+  // key per gateway; consecutive ADDs at the head go in one Txn.
+  struct CasOp {
+    ConnId conn = 0;
+    protocol::Command command = protocol::Command::kAdd;
+    std::string key;  // full key
+    std::string value;
+    std::string desired;
+    std::int64_t delta = 0;
+  };
+  // A key's queue and the last state this gateway saw of it (a guess: the
+  // Txn compares mod_revision and returns the real state on a mismatch).
+  struct KeyCas {
+    std::deque<std::unique_ptr<CasOp>> queue;
+    bool running = false;
+    bool exists = false;
+    std::string value;
+    std::int64_t mod_revision = 0;  // 0: missing
+  };
+  using CasBatch = std::vector<std::unique_ptr<CasOp>>;
+  void enqueueCas(std::unique_ptr<CasOp> op);
+  void runCas(const std::string& key);
+  void attemptCas(const std::string& key, std::shared_ptr<CasBatch> batch,
+                  std::chrono::steady_clock::time_point deadline);
+  void finishCas(const std::string& key);
+
+  // ---- waits (etcd_backend_wait.cc) ---------------------------------------
+  struct Wait {
+    std::uint64_t id = 0;
+    std::unordered_set<std::string> keys;  // full keys still to be written
+  };
+  void doWait(ConnId conn, const std::vector<std::string_view>& keys);
+  void readForWait(ConnId conn, std::uint64_t id,
+                   std::vector<std::string> keys);
+  void onWatchPuts(
+      const std::vector<std::pair<std::string, std::int64_t>>& puts);
+  void onWatchLost(const Status& why);
+  void dropWait(ConnId conn);
+
+  EtcdOptions options_;
+  std::string range_end_;  // of the prefix
+  BackendHost* host_ = nullptr;
+  std::unique_ptr<etcd::EtcdRpc> rpc_;
+  bool closed_ = false;
+
+  std::unordered_map<std::string, std::unique_ptr<KeyCas>> cas_;
+  std::uint64_t add_txns_ = 0;
+
+  etcd::PrefixWatch* watch_ = nullptr;  // owned by rpc_ once started
+  std::int64_t watch_start_ = 0;        // first revision the watch covers
+  // Revision of the latest Put the watch delivered, per full key, recorded
+  // while a wait's read is in flight (so a wait whose read raced the watch
+  // is not left waiting for a write already seen); cleared when none is.
+  std::unordered_map<std::string, std::int64_t> put_rev_;
+  std::size_t wait_reads_ = 0;
+  std::unordered_map<ConnId, Wait> waits_;
+  std::unordered_map<std::string, std::unordered_set<ConnId>> waiters_;
+  std::uint64_t next_wait_id_ = 1;
+};
+
+}  // namespace tcpstore::store
