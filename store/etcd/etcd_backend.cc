@@ -182,9 +182,13 @@ void EtcdBackend::readKeys(std::vector<std::string> keys,
       std::vector<const std::string*> out;
       out.reserve(st->values.size());
       for (auto& v : st->values) out.push_back(v ? &*v : nullptr);
-      auto done_fn = std::move(st->done);
-      *step = nullptr;  // break the cycle
-      done_fn(Status::ok(), st->revision, std::move(out));
+      // Runs inside *step: keep what is needed before freeing it.
+      auto keep_st = st;  // `out` points into it
+      auto done_fn = std::move(keep_st->done);
+      const std::int64_t revision = keep_st->revision;
+      auto self = step;
+      *self = nullptr;  // breaks the cycle; the captures are gone from here
+      done_fn(Status::ok(), revision, std::move(out));
       return;
     }
     etcdserverpb::TxnRequest txn;
@@ -367,8 +371,12 @@ void EtcdBackend::doMultiSet(ConnId conn, const protocol::Request& req) {
   auto step = std::make_shared<std::function<void(std::size_t)>>();
   *step = [this, conn, txns, step](std::size_t i) {
     if (i >= txns->size()) {
-      *step = nullptr;
-      if (!closed_) host_->complete(conn, Status::ok(), Effects());
+      // Runs inside *step: copy the captures before freeing it.
+      auto* self = this;
+      const ConnId c = conn;
+      auto keep = step;
+      *keep = nullptr;
+      if (!self->closed_) self->host_->complete(c, Status::ok(), Effects());
       return;
     }
     rpc_->txn(std::move((*txns)[i]), true,

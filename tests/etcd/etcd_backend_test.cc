@@ -1,0 +1,425 @@
+// EtcdBackend against a real 3-member etcd cluster (tests/etcd/etcd_cluster.h)
+// through BackendHarness (the dispatcher's side of the seam).
+#include "store/etcd/etcd_backend.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <set>
+
+#include "backend_harness.h"
+#include "etcd_cluster.h"
+#include "store/keyspace.h"
+
+namespace {
+
+using tcpstore::Status;
+using tcpstore::store::EtcdBackend;
+using tcpstore::store::EtcdOptions;
+using tcpstore::store::parseEtcdUrl;
+using tcpstore::test::BackendHarness;
+using tcpstore::test::EtcdCluster;
+using tcpstore::test::OwnedRequest;
+using Command = tcpstore::protocol::Command;
+using namespace std::chrono_literals;
+
+std::string dataDir(const char* name) {
+  return std::string(TCPSTORE_ETCD_DATA_DIR) + "/" + name + "-" +
+         std::to_string(::getpid());
+}
+
+EtcdOptions optionsFor(const EtcdCluster& c, const std::string& prefix) {
+  auto r = parseEtcdUrl(c.url(prefix));
+  REQUIRE(r.has_value());
+  EtcdOptions o = *r;
+  o.rpc_timeout = 1000ms;
+  o.op_timeout = 20000ms;
+  return o;
+}
+
+// ---- request builders ------------------------------------------------------
+OwnedRequest req(Command c) {
+  OwnedRequest r;
+  r.command = c;
+  return r;
+}
+OwnedRequest set(std::string k, std::string v) {
+  auto r = req(Command::kSet);
+  r.key = std::move(k);
+  r.value = std::move(v);
+  return r;
+}
+OwnedRequest get(std::string k) {
+  auto r = req(Command::kGet);
+  r.key = std::move(k);
+  return r;
+}
+OwnedRequest add(std::string k, std::int64_t d) {
+  auto r = req(Command::kAdd);
+  r.key = std::move(k);
+  r.number = d;
+  return r;
+}
+OwnedRequest cas(std::string k, std::string expected, std::string desired) {
+  auto r = req(Command::kCompareSet);
+  r.key = std::move(k);
+  r.value = std::move(expected);
+  r.desired = std::move(desired);
+  return r;
+}
+OwnedRequest append(std::string k, std::string v) {
+  auto r = req(Command::kAppend);
+  r.key = std::move(k);
+  r.value = std::move(v);
+  return r;
+}
+OwnedRequest del(std::string k) {
+  auto r = req(Command::kDeleteKey);
+  r.key = std::move(k);
+  return r;
+}
+OwnedRequest keysReq(Command c, std::vector<std::string> keys) {
+  auto r = req(c);
+  r.keys = std::move(keys);
+  return r;
+}
+OwnedRequest multiSet(std::vector<std::string> keys,
+                      std::vector<std::string> values) {
+  auto r = req(Command::kMultiSet);
+  r.keys = std::move(keys);
+  r.values = std::move(values);
+  return r;
+}
+OwnedRequest ping(std::uint32_t nonce) {
+  auto r = req(Command::kPing);
+  r.u32 = nonce;
+  return r;
+}
+
+std::int64_t i64(const std::string& b) {
+  REQUIRE(b.size() == 8);
+  return static_cast<std::int64_t>(tcpstore::protocol::loadU64(
+      reinterpret_cast<const unsigned char*>(b.data())));
+}
+
+// The Keyspace's answer to one request: its bytes for `conn`, or "closed".
+struct Answer {
+  bool closed = false;
+  std::string bytes;
+  bool operator==(const Answer&) const = default;
+};
+
+Answer keyspaceAnswer(tcpstore::store::Keyspace& ks,
+                      tcpstore::store::ConnId conn, const OwnedRequest& r) {
+  tcpstore::store::Effects fx;
+  const auto view = r.view();
+  Status st = ks.apply(conn, view, fx);
+  Answer a;
+  if (!st.isOk()) {
+    a.closed = true;
+    ks.disconnect(conn);
+    return a;
+  }
+  for (const auto& s : fx.sends())
+    if (s.conn == conn) a.bytes.append(fx.bytesOf(s));
+  return a;
+}
+
+Answer etcdAnswer(BackendHarness& h, tcpstore::store::ConnId conn,
+                  const OwnedRequest& r) {
+  Answer a;
+  a.bytes = h.roundTrip(conn, r);
+  a.closed = h.conn(conn).closed;
+  if (a.closed) a.bytes.clear();
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("parseEtcdUrl: endpoints, prefix and errors") {
+  auto o = parseEtcdUrl("etcd://127.0.0.1:2379,10.0.0.2:2380/jobA");
+  REQUIRE(o.has_value());
+  CHECK(o->endpoints ==
+        std::vector<std::string>{"127.0.0.1:2379", "10.0.0.2:2380"});
+  CHECK(o->prefix == "/jobA/");
+  auto d = parseEtcdUrl("etcd://h:1");
+  REQUIRE(d.has_value());
+  CHECK(d->prefix == "/tcpstore/");
+  CHECK_FALSE(parseEtcdUrl("http://h:1").has_value());
+  CHECK_FALSE(parseEtcdUrl("etcd://").has_value());
+  CHECK_FALSE(parseEtcdUrl("etcd://h").has_value());
+  CHECK_FALSE(parseEtcdUrl("etcd://h:0").has_value());
+  CHECK_FALSE(parseEtcdUrl("etcd://h:70000/x").has_value());
+  CHECK(tcpstore::store::prefixRangeEnd("/a/") == "/a0");
+}
+
+TEST_CASE("differential: same requests, same bytes as the in-memory keyspace") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("diff"));
+  cluster.start();
+  EtcdBackend backend(optionsFor(cluster, "diff"));
+  BackendHarness h(backend);
+  REQUIRE(h.openStatus().isOk());
+  tcpstore::store::Keyspace ks;
+
+  // Each error closes the connection on both sides: move on to a new one.
+  tcpstore::store::ConnId conn = 1;
+  const std::vector<OwnedRequest> script = {
+      ping(77),
+      req(Command::kGetNumKeys),
+      set("a", "1"),
+      get("a"),
+      get("missing"),  // closes
+      set(std::string("bin\0key", 7), std::string("\0\xff\x01", 3)),
+      get(std::string("bin\0key", 7)),
+      add("a", 41),
+      add("a", -2),
+      add("fresh", 5),
+      add("fresh", 0),
+      set("text", "abc"),
+      add("text", 1),  // closes: non-numeric
+      set("spaced", "  12xyz"),
+      add("spaced", 1),
+      keysReq(Command::kCheck, {"a", "text"}),
+      keysReq(Command::kCheck, {"a", "nope"}),
+      keysReq(Command::kCheck, {}),
+      cas("c", "", "first"),       // missing, expected empty: stores
+      cas("c", "", "second"),      // present, mismatch: current value
+      cas("c", "first", "third"),  // match: stores
+      cas("d", "x", "y"),          // missing, expected non-empty: expected
+      cas("e", "", ""),            // stores the empty value
+      cas("e", "", "z"),           // present empty value equal to "": stores
+      get("e"),
+      append("ap", "he"),
+      append("ap", "llo"),
+      get("ap"),
+      multiSet({"m1", "m2", "m1"}, {"x", "y", "z"}),
+      keysReq(Command::kMultiGet, {"m1", "m2", "a"}),
+      keysReq(Command::kMultiGet, {"m1", "absent"}),  // closes
+      keysReq(Command::kMultiGet, {}),
+      keysReq(Command::kWait, {"a", "m2"}),  // all present: released at once
+      req(Command::kCancelWait),
+      del("m2"),
+      del("m2"),
+      keysReq(Command::kCheck, {"m2"}),
+      req(Command::kGetNumKeys),
+  };
+  for (std::size_t i = 0; i < script.size(); ++i) {
+    CAPTURE(i);
+    const Answer want = keyspaceAnswer(ks, conn, script[i]);
+    const Answer got = etcdAnswer(h, conn, script[i]);
+    CHECK(got.closed == want.closed);
+    CHECK(got.bytes == want.bytes);
+    if (want.closed || got.closed) ++conn;
+  }
+
+  // MULTI_SET / MULTI_GET over etcd's 128-op Txn limit (several Txns).
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back("bulk/" + std::to_string(i));
+    values.push_back(std::string(static_cast<std::size_t>(i % 7), 'v'));
+  }
+  for (const auto& r :
+       {multiSet(keys, values), keysReq(Command::kMultiGet, keys),
+        keysReq(Command::kCheck, keys), req(Command::kGetNumKeys)}) {
+    const Answer want = keyspaceAnswer(ks, conn, r);
+    const Answer got = etcdAnswer(h, conn, r);
+    CHECK_FALSE(got.closed);
+    CHECK(got.bytes == want.bytes);
+  }
+  // An unsupported command closes the connection with a clear reason.
+  ++conn;
+  auto q = req(Command::kQueueLen);
+  q.key = "q";
+  (void)h.roundTrip(conn, q);
+  CHECK(h.conn(conn).closed);
+  CHECK(h.conn(conn).close_reason.find("not supported") != std::string::npos);
+}
+
+TEST_CASE("wait: released by a set through another gateway") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("wait"));
+  cluster.start();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+
+  // Four waiters on gateway A (one watch serves them all).
+  for (tcpstore::store::ConnId c = 1; c <= 4; ++c) {
+    CHECK(ha.roundTrip(c, keysReq(Command::kWait, {"k1", "k2"})).empty());
+  }
+  CHECK(a.numWaitingConnections() == 4);
+  hb.roundTrip(1, set("k1", "v"));
+  // Fence: a round trip through A's etcd client after the watch had time to
+  // deliver k1 still leaves the waiters waiting on k2.
+  CHECK(ha.roundTrip(9, keysReq(Command::kCheck, {"k1"})) ==
+        std::string(1, '\0'));
+  for (tcpstore::store::ConnId c = 1; c <= 4; ++c)
+    CHECK(ha.conn(c).bytes.empty());
+  hb.roundTrip(1, set("k2", "v"));
+  CHECK(ha.waitFor(
+      [&] {
+        for (tcpstore::store::ConnId c = 1; c <= 4; ++c)
+          if (ha.connLocked(c).bytes != std::string(1, '\0')) return false;
+        return true;
+      },
+      10s));
+  CHECK(a.numWaitingConnections() == 0);
+
+  // A cancelled wait is not released later.
+  CHECK(ha.roundTrip(5, keysReq(Command::kWait, {"k3"})).empty());
+  CHECK(ha.roundTrip(5, req(Command::kCancelWait)) == std::string(1, '\x01'));
+  hb.roundTrip(1, set("k3", "v"));
+  hb.roundTrip(1, set("k4", "v"));
+  CHECK(ha.roundTrip(6, keysReq(Command::kWait, {"k4"})) ==
+        std::string(1, '\0'));
+  CHECK(ha.conn(5).bytes == std::string(1, '\x01'));
+}
+
+TEST_CASE("add: concurrent adds from two gateways are exact and combined") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("add"));
+  cluster.start();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+
+  constexpr int kConns = 32, kAdds = 10;  // per gateway
+  for (int round = 0; round < kAdds; ++round) {
+    for (tcpstore::store::ConnId c = 1; c <= kConns; ++c) {
+      ha.send(c, add("init/", 1));
+      hb.send(c, add("init/", 1));
+    }
+  }
+  auto allDone = [&](BackendHarness& h) {
+    return h.waitFor(
+        [&] {
+          for (tcpstore::store::ConnId c = 1; c <= kConns; ++c)
+            if (h.connLocked(c).done < kAdds || h.connLocked(c).closed)
+              return false;
+          return true;
+        },
+        60s);
+  };
+  REQUIRE(allDone(ha));
+  REQUIRE(allDone(hb));
+  // Every caller got its own value: together exactly 1..N.
+  std::set<std::int64_t> seen;
+  for (auto* h : {&ha, &hb}) {
+    for (tcpstore::store::ConnId c = 1; c <= kConns; ++c) {
+      const std::string bytes = h->conn(c).bytes;
+      REQUIRE(bytes.size() == 8 * kAdds);
+      std::int64_t prev = 0;
+      for (int i = 0; i < kAdds; ++i) {
+        const std::int64_t v = i64(bytes.substr(8 * i, 8));
+        CHECK(v > prev);  // one connection's adds in its own order
+        prev = v;
+        CHECK(seen.insert(v).second);
+      }
+    }
+  }
+  const std::int64_t total = 2 * kConns * kAdds;
+  CHECK(seen.size() == static_cast<std::size_t>(total));
+  CHECK(*seen.begin() == 1);
+  CHECK(*seen.rbegin() == total);
+  CHECK(ha.roundTrip(100, get("init/")) == [&] {
+    std::string out;
+    tcpstore::protocol::appendStr(out, std::to_string(total));
+    return out;
+  }());
+  // Combining: far fewer Txns than adds.
+  MESSAGE("ADD Txns: gateway A ", a.addTxns(), ", gateway B ", b.addTxns(),
+          " for ", total, " adds");
+  CHECK(a.addTxns() + b.addTxns() < static_cast<std::uint64_t>(total));
+}
+
+TEST_CASE("faults: the etcd leader is killed mid-run; operations complete") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("leader"));
+  cluster.start();
+  const int leader = cluster.waitLeader();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+
+  // A waiter on A that is released after the kill, through B.
+  CHECK(ha.roundTrip(1000, keysReq(Command::kWait, {"after-kill"})).empty());
+
+  constexpr int kConns = 8, kOps = 40;
+  auto queueWork = [&](BackendHarness& h, const std::string& tag) {
+    for (tcpstore::store::ConnId c = 1; c <= kConns; ++c) {
+      for (int i = 0; i < kOps; ++i) {
+        const std::string k =
+            tag + "/" + std::to_string(c) + "/" + std::to_string(i);
+        h.send(c, set(k, k));
+        h.send(c, get(k));
+      }
+      for (int i = 0; i < kOps; ++i) h.send(100 + c, add("counter", 1));
+    }
+  };
+  queueWork(ha, "a");
+  queueWork(hb, "b");
+  // Kill the leader once some work went through.
+  REQUIRE(ha.waitFor([&] { return ha.connLocked(1).done >= 10; }, 30s));
+  cluster.kill(leader);
+  MESSAGE("killed etcd member ", leader, " (the leader)");
+
+  auto finished = [&](BackendHarness& h) {
+    return h.waitFor(
+        [&] {
+          for (tcpstore::store::ConnId c = 1; c <= kConns; ++c) {
+            const auto& s = h.connLocked(c);
+            const auto& n = h.connLocked(100 + c);
+            if (!s.closed && s.done < 2 * kOps) return false;
+            if (!n.closed && n.done < kOps) return false;
+          }
+          return true;
+        },
+        120s);
+  };
+  REQUIRE(finished(ha));
+  REQUIRE(finished(hb));
+
+  // Sets and gets are retried across the failover: all complete, right values.
+  std::int64_t acked = 0, unknown = 0;
+  for (auto pr : {std::make_pair(&ha, std::string("a")),
+                  std::make_pair(&hb, std::string("b"))}) {
+    BackendHarness& h = *pr.first;
+    for (tcpstore::store::ConnId c = 1; c <= kConns; ++c) {
+      const auto s = h.conn(c);
+      CHECK_MESSAGE(!s.closed, s.close_reason);
+      std::string want;
+      for (int i = 0; i < kOps; ++i) {
+        tcpstore::protocol::appendStr(
+            want,
+            pr.second + "/" + std::to_string(c) + "/" + std::to_string(i));
+      }
+      CHECK(s.bytes == want);
+      const auto n = h.conn(100 + c);
+      acked += static_cast<std::int64_t>(n.bytes.size() / 8);
+      if (n.closed) {
+        // An ADD whose Txn outcome is unknown closes its connection: it may
+        // or may not have been applied, never applied twice.
+        MESSAGE("add connection closed: ", n.close_reason);
+        unknown += 1;
+      }
+    }
+  }
+  const std::string final_bytes = hb.roundTrip(2000, get("counter"));
+  REQUIRE(final_bytes.size() > 8);
+  const std::int64_t final_value = std::stoll(final_bytes.substr(8));
+  MESSAGE("counter ", final_value, ", acknowledged adds ", acked,
+          ", adds with unknown outcome ", unknown);
+  CHECK(final_value >= acked);
+  CHECK(final_value <= acked + unknown);
+
+  // The watch resumed on another member: the waiter on A is released.
+  hb.roundTrip(2000, set("after-kill", "1"));
+  CHECK(ha.waitFor(
+      [&] { return ha.connLocked(1000).bytes == std::string(1, '\0'); }, 20s));
+
+  // The member comes back and the cluster goes on.
+  cluster.restart(leader);
+  CHECK(ha.roundTrip(2001, set("back", "1")).empty());
+  CHECK_FALSE(ha.conn(2001).closed);
+}
