@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <random>
 
 #include "store/etcd/etcd_rpc.h"
 #include "store/etcd/etcd_watch.h"
@@ -46,7 +47,11 @@ Status etcdError(std::string_view what, const grpc::Status& s) {
 
 EtcdBackend::EtcdBackend(EtcdOptions options)
     : options_(std::move(options)),
-      range_end_(prefixRangeEnd(options_.prefix)) {}
+      range_end_(prefixRangeEnd(options_.prefix)) {
+  // Names this backend's marker keys: unique among the gateways of a job.
+  std::random_device rd;
+  gateway_id_ = fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), rd());
+}
 
 EtcdBackend::~EtcdBackend() = default;
 

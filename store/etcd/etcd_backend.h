@@ -20,10 +20,14 @@
 // Not supported (the connection is closed with a kNotSupported error that
 // names the command): WATCH_KEY, QUEUE_PUSH/POP/LEN, BARRIER.
 //
-// Failures: an operation that cannot complete within options.op_timeout, or
-// a compare-and-swap whose outcome is unknown (the Txn may or may not have
-// been applied), closes the connection that asked with an error; never a
-// guessed answer. Waiters are closed with an error if the watch is lost.
+// Failures: calls fail over to the next endpoint. Reads and Puts are
+// retried; a compare-and-swap Txn whose outcome is unknown (a deadline or a
+// lost connection while in flight) is sent again and a per-gateway marker
+// key tells whether an earlier attempt was applied (etcd_backend_cas.cc), so
+// it is applied once and answered once. DELETE_KEY is not retried after an
+// unknown outcome. An operation that cannot complete within
+// options.op_timeout closes the connection that asked with an error; never
+// a guessed answer. Waiters are closed with an error if the watch is lost.
 //
 // Threads: the Backend contract (loop thread only); gRPC's completions are
 // moved onto the loop by EtcdRpc.
@@ -111,7 +115,20 @@ class EtcdBackend final : public Backend {
     std::string value;
     std::int64_t mod_revision = 0;  // 0: missing
   };
-  using CasBatch = std::vector<std::unique_ptr<CasOp>>;
+  // A batch and the writing attempts made for it (any of which may turn out
+  // to have been applied after an unknown outcome).
+  struct CasBatch {
+    struct Attempt {
+      std::string marker;  // the marker value its Txn wrote
+      std::string put;     // the value it stored
+      std::vector<std::string> replies;
+    };
+    std::vector<std::unique_ptr<CasOp>> ops;
+    std::vector<Attempt> attempts;
+  };
+  std::string markerKey(std::string_view full_key) const;
+  void replyCas(CasBatch& batch, const Status& refusal,
+                const std::vector<std::string>& replies);
   void enqueueCas(std::unique_ptr<CasOp> op);
   void runCas(const std::string& key);
   void attemptCas(const std::string& key, std::shared_ptr<CasBatch> batch,
@@ -139,6 +156,8 @@ class EtcdBackend final : public Backend {
 
   std::unordered_map<std::string, std::unique_ptr<KeyCas>> cas_;
   std::uint64_t add_txns_ = 0;
+  std::string gateway_id_;     // random, names this backend's marker keys
+  std::uint64_t cas_seq_ = 0;  // numbers this backend's writing attempts
 
   etcd::PrefixWatch* watch_ = nullptr;  // owned by rpc_ once started
   std::int64_t watch_start_ = 0;        // first revision the watch covers

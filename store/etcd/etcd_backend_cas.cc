@@ -8,6 +8,17 @@
 // is taken again. Decisions that write nothing (ADD on a non-numeric value,
 // a COMPARE_SET mismatch, an APPEND over the limit) are confirmed the same
 // way, so no answer rests on a stale cache.
+//
+// Unknown outcomes (a deadline or a dropped connection while a Txn was in
+// flight): every writing Txn also writes a marker key owned by this gateway
+// and this key, "<prefix>\0cas/<gateway id>/<key>", with a value unique to
+// the attempt, and every failure branch reads it back. After an unknown
+// outcome the decision is sent again (still comparing the same
+// mod_revision): if an earlier attempt had been applied the compare fails
+// and the marker names that attempt, whose answers are then given; if not,
+// at most one of the attempts can win the compare. Either way each caller
+// is answered once, from the attempt that was applied. Marker keys lie
+// outside the job's range (not counted, not watched); they are left in etcd.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -73,6 +84,27 @@ constexpr std::size_t kMaxIdleKeys = 4096;
 
 }  // namespace
 
+std::string EtcdBackend::markerKey(std::string_view full_key) const {
+  std::string m(options_.prefix, 0, options_.prefix.size() - 1);
+  m.push_back('\0');
+  m.append("cas/").append(gateway_id_).push_back('/');
+  m.append(full_key.substr(options_.prefix.size()));
+  return m;
+}
+
+void EtcdBackend::replyCas(CasBatch& batch, const Status& refusal,
+                           const std::vector<std::string>& replies) {
+  for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+    if (!refusal.isOk()) {
+      fail(batch.ops[i]->conn, refusal);
+    } else if (!closed_) {
+      Effects fx;
+      if (!replies[i].empty()) fx.send(batch.ops[i]->conn, replies[i]);
+      host_->complete(batch.ops[i]->conn, Status::ok(), fx);
+    }
+  }
+}
+
 void EtcdBackend::enqueueCas(std::unique_ptr<CasOp> op) {
   const std::string key = op->key;
   auto& ks = cas_[key];
@@ -92,11 +124,11 @@ void EtcdBackend::runCas(const std::string& key) {
   }
   ks.running = true;
   auto batch = std::make_shared<CasBatch>();
-  batch->push_back(std::move(ks.queue.front()));
+  batch->ops.push_back(std::move(ks.queue.front()));
   ks.queue.pop_front();
-  if (batch->front()->command == Command::kAdd) {
+  if (batch->ops.front()->command == Command::kAdd) {
     while (!ks.queue.empty() && ks.queue.front()->command == Command::kAdd) {
-      batch->push_back(std::move(ks.queue.front()));
+      batch->ops.push_back(std::move(ks.queue.front()));
       ks.queue.pop_front();
     }
   }
@@ -115,7 +147,7 @@ void EtcdBackend::attemptCas(const std::string& key,
                              std::shared_ptr<CasBatch> batch,
                              std::chrono::steady_clock::time_point deadline) {
   KeyCas& ks = *cas_.at(key);
-  const CasOp& first = *batch->front();
+  const CasOp& first = *batch->ops.front();
   const std::string_view name = protocol::commandName(first.command);
   const std::string_view short_key =
       std::string_view(key).substr(options_.prefix.size());
@@ -123,7 +155,7 @@ void EtcdBackend::attemptCas(const std::string& key,
   // The decision on the state last seen.
   Status refusal;                  // non-OK: every op of the batch fails
   std::optional<std::string> put;  // the value to store, if any
-  std::vector<std::string> replies(batch->size());
+  std::vector<std::string> replies(batch->ops.size());
   switch (first.command) {
     case Command::kAdd: {
       std::int64_t cur = 0;
@@ -132,8 +164,8 @@ void EtcdBackend::attemptCas(const std::string& key,
             fmt::format("ADD on non-numeric value of key '{}'", short_key));
         break;
       }
-      for (std::size_t i = 0; i < batch->size(); ++i) {
-        cur = wrappingAdd(cur, (*batch)[i]->delta);
+      for (std::size_t i = 0; i < batch->ops.size(); ++i) {
+        cur = wrappingAdd(cur, batch->ops[i]->delta);
         appendI64(replies[i], cur);
       }
       put = decimal(cur);
@@ -165,6 +197,7 @@ void EtcdBackend::attemptCas(const std::string& key,
     }
   }
 
+  const std::string marker = markerKey(key);
   etcdserverpb::TxnRequest txn;
   auto* cmp = txn.add_compare();
   cmp->set_key(key);
@@ -172,61 +205,73 @@ void EtcdBackend::attemptCas(const std::string& key,
   cmp->set_result(etcdserverpb::Compare::EQUAL);
   cmp->set_mod_revision(ks.mod_revision);
   if (put) {
+    CasBatch::Attempt att;
+    att.marker = std::to_string(++cas_seq_);
+    att.put = *put;
+    att.replies = replies;
     auto* p = txn.add_success()->mutable_request_put();
     p->set_key(key);
     p->set_value(*put);
+    auto* m = txn.add_success()->mutable_request_put();
+    m->set_key(marker);
+    m->set_value(att.marker);
+    batch->attempts.push_back(std::move(att));
   }
   txn.add_failure()->mutable_request_range()->set_key(key);
+  txn.add_failure()->mutable_request_range()->set_key(marker);
   if (first.command == Command::kAdd) ++add_txns_;
 
-  rpc_->txn(
-      std::move(txn), false,
-      [this, key, batch, deadline, refusal, put = std::move(put),
-       replies = std::move(replies),
-       name](const grpc::Status& s, etcdserverpb::TxnResponse& resp) {
-        auto it = cas_.find(key);
-        if (it == cas_.end()) return;  // closed
-        KeyCas& st = *it->second;
-        if (!s.ok()) {
-          // Applied or not: unknown. Never guess; forget the state.
-          st.exists = false;
-          st.mod_revision = 0;
-          const Status why = Status::ioError(fmt::format(
-              "etcd {} failed, outcome unknown: {}", name, etcd::describe(s)));
-          for (auto& op : *batch) fail(op->conn, why);
-          return finishCas(key);
-        }
-        if (!resp.succeeded()) {
-          const auto& rr = resp.responses(0).response_range();
-          st.exists = rr.kvs_size() > 0;
-          st.value = st.exists ? rr.kvs(0).value() : std::string();
-          st.mod_revision = st.exists ? rr.kvs(0).mod_revision() : 0;
-          if (std::chrono::steady_clock::now() > deadline) {
-            const Status why = Status::timeout(fmt::format(
-                "etcd {}: key kept changing until the deadline", name));
-            for (auto& op : *batch) fail(op->conn, why);
-            return finishCas(key);
-          }
-          return attemptCas(key, batch, deadline);
-        }
-        if (put) {
-          st.exists = true;
-          st.value = *put;
-          st.mod_revision = resp.header().revision();
-        }
-        for (std::size_t i = 0; i < batch->size(); ++i) {
-          if (!refusal.isOk()) {
-            fail((*batch)[i]->conn, refusal);
-          } else if (closed_) {
-            break;
-          } else {
-            Effects fx;
-            if (!replies[i].empty()) fx.send((*batch)[i]->conn, replies[i]);
-            host_->complete((*batch)[i]->conn, Status::ok(), fx);
-          }
-        }
-        finishCas(key);
-      });
+  rpc_->txn(std::move(txn), false,
+            [this, key, batch, deadline, refusal, put = std::move(put),
+             replies = std::move(replies),
+             name](const grpc::Status& s, etcdserverpb::TxnResponse& resp) {
+              auto it = cas_.find(key);
+              if (it == cas_.end()) return;  // closed
+              KeyCas& st = *it->second;
+              const bool late = std::chrono::steady_clock::now() > deadline;
+              if (!s.ok()) {
+                if (etcd::isTransportError(s) && !late) {
+                  // Outcome unknown: decide again on the same state; the marker
+                  // tells which attempt, if any, was applied.
+                  return attemptCas(key, batch, deadline);
+                }
+                st.exists = false;
+                st.mod_revision = 0;
+                const Status why = Status::ioError(
+                    fmt::format("etcd {} failed: {}", name, etcd::describe(s)));
+                for (auto& op : batch->ops) fail(op->conn, why);
+                return finishCas(key);
+              }
+              if (!resp.succeeded()) {
+                const auto& rr = resp.responses(0).response_range();
+                st.exists = rr.kvs_size() > 0;
+                st.value = st.exists ? rr.kvs(0).value() : std::string();
+                st.mod_revision = st.exists ? rr.kvs(0).mod_revision() : 0;
+                const auto& mr = resp.responses(1).response_range();
+                if (mr.kvs_size() > 0) {
+                  for (const auto& att : batch->attempts) {
+                    if (att.marker != mr.kvs(0).value()) continue;
+                    // An earlier attempt of this batch was applied.
+                    replyCas(*batch, Status::ok(), att.replies);
+                    return finishCas(key);
+                  }
+                }
+                if (late) {
+                  const Status why = Status::timeout(fmt::format(
+                      "etcd {}: no answer before the deadline", name));
+                  for (auto& op : batch->ops) fail(op->conn, why);
+                  return finishCas(key);
+                }
+                return attemptCas(key, batch, deadline);
+              }
+              if (put) {
+                st.exists = true;
+                st.value = *put;
+                st.mod_revision = resp.header().revision();
+              }
+              replyCas(*batch, refusal, replies);
+              finishCas(key);
+            });
 }
 
 }  // namespace tcpstore::store

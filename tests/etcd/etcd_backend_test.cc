@@ -337,7 +337,15 @@ TEST_CASE("faults: the etcd leader is killed mid-run; operations complete") {
   EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("leader"));
   cluster.start();
   const int leader = cluster.waitLeader();
-  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  // Count the backends' failover log lines (called on their loop threads).
+  std::atomic<int> failovers{0};
+  auto opts = optionsFor(cluster, "job");
+  opts.log = [&failovers](std::string_view line) {
+    if (line.find("failed") != std::string_view::npos ||
+        line.find("broke") != std::string_view::npos)
+      failovers.fetch_add(1);
+  };
+  EtcdBackend a(opts), b(opts);
   BackendHarness ha(a), hb(b);
   REQUIRE(ha.openStatus().isOk());
   REQUIRE(hb.openStatus().isOk());
@@ -410,8 +418,13 @@ TEST_CASE("faults: the etcd leader is killed mid-run; operations complete") {
   const std::int64_t final_value = std::stoll(final_bytes.substr(8));
   MESSAGE("counter ", final_value, ", acknowledged adds ", acked,
           ", adds with unknown outcome ", unknown);
+  MESSAGE("failover log lines: ", failovers.load());
   CHECK(final_value >= acked);
   CHECK(final_value <= acked + unknown);
+  // Unknown Txn outcomes are resolved (marker keys): every ADD completes,
+  // exactly once.
+  CHECK(unknown == 0);
+  CHECK(final_value == 2 * kConns * kOps);
 
   // The watch resumed on another member: the waiter on A is released.
   hb.roundTrip(2000, set("after-kill", "1"));
