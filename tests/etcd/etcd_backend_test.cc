@@ -137,7 +137,7 @@ Answer etcdAnswer(BackendHarness& h, tcpstore::store::ConnId conn,
 
 }  // namespace
 
-TEST_CASE("parseEtcdUrl: endpoints, prefix and errors") {
+TEST_CASE("parseEtcdUrl: endpoints and prefix and errors") {
   auto o = parseEtcdUrl("etcd://127.0.0.1:2379,10.0.0.2:2380/jobA");
   REQUIRE(o.has_value());
   CHECK(o->endpoints ==
@@ -154,7 +154,7 @@ TEST_CASE("parseEtcdUrl: endpoints, prefix and errors") {
   CHECK(tcpstore::store::prefixRangeEnd("/a/") == "/a0");
 }
 
-TEST_CASE("differential: same requests, same bytes as the in-memory keyspace") {
+TEST_CASE("differential: the same requests give the same bytes as the in-memory keyspace") {
   EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("diff"));
   cluster.start();
   EtcdBackend backend(optionsFor(cluster, "diff"));
@@ -333,7 +333,7 @@ TEST_CASE("add: concurrent adds from two gateways are exact and combined") {
   CHECK(a.addTxns() + b.addTxns() < static_cast<std::uint64_t>(total));
 }
 
-TEST_CASE("faults: the etcd leader is killed mid-run; operations complete") {
+TEST_CASE("faults: the etcd leader is killed mid-run and operations complete") {
   EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("leader"));
   cluster.start();
   const int leader = cluster.waitLeader();
