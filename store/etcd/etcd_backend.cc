@@ -68,6 +68,8 @@ void EtcdBackend::close() {
   watch_ = nullptr;  // freed by rpc_->close()
   waits_.clear();
   waiters_.clear();
+  barrier_waits_.clear();
+  barrier_waiters_.clear();
   cas_.clear();
 }
 
@@ -102,6 +104,7 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       return Outcome::kDone;
     case Command::kCancelWait:
       dropWait(conn);
+      dropBarrier(conn);
       appendU8(fx.begin(conn), protocol::kWaitCanceled);
       fx.end();
       return Outcome::kDone;
@@ -138,6 +141,7 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       doWait(conn, req.keys);
       return Outcome::kPending;
     case Command::kAdd:
+    case Command::kBarrier:
     case Command::kAppend:
     case Command::kCompareSet: {
       auto op = std::make_unique<CasOp>();
@@ -146,7 +150,8 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       op->key = full(req.key);
       op->value.assign(req.value);
       op->desired.assign(req.desired);
-      op->delta = req.number;
+      op->delta = req.command == Command::kBarrier ? 1 : req.number;
+      op->world_size = req.number;
       enqueueCas(std::move(op));
       return Outcome::kPending;
     }
@@ -154,7 +159,6 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
     case Command::kQueuePush:
     case Command::kQueuePop:
     case Command::kQueueLen:
-    case Command::kBarrier:
       return Status::notSupported(
           fmt::format("{} is not supported by the etcd backend",
                       protocol::commandName(req.command)));

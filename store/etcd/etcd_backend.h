@@ -17,8 +17,11 @@
 //   the first waiter's read revision + 1, resumed across failures) that
 //   releases local waiters as keys are written;
 //   CANCEL_WAIT -> local.
+//   BARRIER -> an increment combined with ADDs, then (if the count is short
+//   of the world size) a wait on the key released by the watch when its
+//   value parses as >= the world size;
 // Not supported (the connection is closed with a kNotSupported error that
-// names the command): WATCH_KEY, QUEUE_PUSH/POP/LEN, BARRIER.
+// names the command): WATCH_KEY, QUEUE_PUSH/POP/LEN.
 //
 // Failures: calls fail over to the next endpoint. Reads and Puts are
 // retried; a compare-and-swap Txn whose outcome is unknown (a deadline or a
@@ -105,6 +108,7 @@ class EtcdBackend final : public Backend {
     std::string value;
     std::string desired;
     std::int64_t delta = 0;
+    std::int64_t world_size = 0;  // BARRIER
   };
   // A key's queue and the last state this gateway saw of it (a guess: the
   // Txn compares mod_revision and returns the real state on a mismatch).
@@ -129,6 +133,11 @@ class EtcdBackend final : public Backend {
   std::string markerKey(std::string_view full_key) const;
   void replyCas(CasBatch& batch, const Status& refusal,
                 const std::vector<std::string>& replies);
+  // BARRIER waits: released when the key's value parses as >= world size.
+  void registerBarrier(ConnId conn, const std::string& key,
+                       std::int64_t world_size);
+  void checkBarrier(ConnId conn, std::uint64_t id, std::string key);
+  void dropBarrier(ConnId conn);
   void enqueueCas(std::unique_ptr<CasOp> op);
   void runCas(const std::string& key);
   void attemptCas(const std::string& key, std::shared_ptr<CasBatch> batch,
@@ -143,8 +152,15 @@ class EtcdBackend final : public Backend {
   void doWait(ConnId conn, const std::vector<std::string_view>& keys);
   void readForWait(ConnId conn, std::uint64_t id,
                    std::vector<std::string> keys);
-  void onWatchPuts(
-      const std::vector<std::pair<std::string, std::int64_t>>& puts);
+  struct WatchPut {
+    std::string key;
+    std::int64_t revision = 0;
+    std::string value;  // only for keys with barrier waiters
+  };
+  void onWatchPuts(const std::vector<WatchPut>& puts);
+  // Starts the watch at revision + 1 if there is none; true if the watch
+  // covers every revision after `revision`.
+  bool ensureWatch(std::int64_t revision);
   void onWatchLost(const Status& why);
   void dropWait(ConnId conn);
 
@@ -169,6 +185,13 @@ class EtcdBackend final : public Backend {
   std::unordered_map<ConnId, Wait> waits_;
   std::unordered_map<std::string, std::unordered_set<ConnId>> waiters_;
   std::uint64_t next_wait_id_ = 1;
+  struct BarrierWait {
+    std::uint64_t id = 0;
+    std::string key;  // full key
+    std::int64_t world_size = 0;
+  };
+  std::unordered_map<ConnId, BarrierWait> barrier_waits_;
+  std::unordered_map<std::string, std::unordered_set<ConnId>> barrier_waiters_;
 };
 
 }  // namespace tcpstore::store

@@ -21,63 +21,21 @@
 // outside the job's range (not counted, not watched); they are left in etcd.
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "store/etcd/etcd_backend.h"
+#include "store/etcd/etcd_numbers.h"
 #include "store/etcd/etcd_rpc.h"
 
 namespace tcpstore::store {
 
 namespace {
 
+using etcd::decimal;
+using etcd::parseLikeStoll;
+using etcd::wrappingAdd;
+
 using protocol::appendI64;
 using protocol::appendStr;
 using protocol::Command;
-
-bool isCSpace(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' ||
-         c == '\r';
-}
-
-// std::stoll in the C locale, without exceptions (as the Keyspace parses).
-bool parseLikeStoll(std::string_view s, std::int64_t& out) noexcept {
-  std::size_t i = 0;
-  while (i < s.size() && isCSpace(s[i])) ++i;
-  bool negative = false;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
-    negative = s[i] == '-';
-    ++i;
-  }
-  const std::uint64_t limit =
-      negative ? (std::uint64_t{1} << 63) : (std::uint64_t{1} << 63) - 1;
-  const std::size_t first_digit = i;
-  std::uint64_t magnitude = 0;
-  bool overflow = false;
-  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
-    auto d = static_cast<std::uint64_t>(s[i] - '0');
-    if (overflow || magnitude > (limit - d) / 10) {
-      overflow = true;
-    } else {
-      magnitude = magnitude * 10 + d;
-    }
-  }
-  if (i == first_digit || overflow) return false;
-  out = static_cast<std::int64_t>(negative ? std::uint64_t{0} - magnitude
-                                           : magnitude);
-  return true;
-}
-
-std::int64_t wrappingAdd(std::int64_t a, std::int64_t b) noexcept {
-  return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) +
-                                   static_cast<std::uint64_t>(b));
-}
-
-std::string decimal(std::int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  (void)ec;
-  return std::string(buf, static_cast<std::size_t>(end - buf));
-}
 
 // Idle per-key states kept as a cache before they are dropped.
 constexpr std::size_t kMaxIdleKeys = 4096;
@@ -95,8 +53,22 @@ std::string EtcdBackend::markerKey(std::string_view full_key) const {
 void EtcdBackend::replyCas(CasBatch& batch, const Status& refusal,
                            const std::vector<std::string>& replies) {
   for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+    const CasOp& op = *batch.ops[i];
     if (!refusal.isOk()) {
-      fail(batch.ops[i]->conn, refusal);
+      fail(op.conn, refusal);
+    } else if (op.command == Command::kBarrier) {
+      if (closed_) continue;
+      const auto count = static_cast<std::int64_t>(protocol::loadU64(
+          reinterpret_cast<const unsigned char*>(replies[i].data())));
+      Effects fx;
+      if (count >= op.world_size) {
+        fx.send(op.conn,
+                std::string(1, static_cast<char>(protocol::kStopWaiting)));
+        host_->complete(op.conn, Status::ok(), fx);
+      } else {
+        host_->complete(op.conn, Status::ok(), fx);
+        registerBarrier(op.conn, op.key, op.world_size);
+      }
     } else if (!closed_) {
       Effects fx;
       if (!replies[i].empty()) fx.send(batch.ops[i]->conn, replies[i]);
@@ -126,8 +98,11 @@ void EtcdBackend::runCas(const std::string& key) {
   auto batch = std::make_shared<CasBatch>();
   batch->ops.push_back(std::move(ks.queue.front()));
   ks.queue.pop_front();
-  if (batch->ops.front()->command == Command::kAdd) {
-    while (!ks.queue.empty() && ks.queue.front()->command == Command::kAdd) {
+  auto increments = [](Command c) {
+    return c == Command::kAdd || c == Command::kBarrier;
+  };
+  if (increments(batch->ops.front()->command)) {
+    while (!ks.queue.empty() && increments(ks.queue.front()->command)) {
       batch->ops.push_back(std::move(ks.queue.front()));
       ks.queue.pop_front();
     }
@@ -157,11 +132,12 @@ void EtcdBackend::attemptCas(const std::string& key,
   std::optional<std::string> put;  // the value to store, if any
   std::vector<std::string> replies(batch->ops.size());
   switch (first.command) {
-    case Command::kAdd: {
+    case Command::kAdd:
+    case Command::kBarrier: {
       std::int64_t cur = 0;
       if (ks.exists && !parseLikeStoll(ks.value, cur)) {
-        refusal = Status::protocolError(
-            fmt::format("ADD on non-numeric value of key '{}'", short_key));
+        refusal = Status::protocolError(fmt::format(
+            "{} on non-numeric value of key '{}'", name, short_key));
         break;
       }
       for (std::size_t i = 0; i < batch->ops.size(); ++i) {
@@ -219,7 +195,8 @@ void EtcdBackend::attemptCas(const std::string& key,
   }
   txn.add_failure()->mutable_request_range()->set_key(key);
   txn.add_failure()->mutable_request_range()->set_key(marker);
-  if (first.command == Command::kAdd) ++add_txns_;
+  if (first.command == Command::kAdd || first.command == Command::kBarrier)
+    ++add_txns_;
 
   rpc_->txn(std::move(txn), false,
             [this, key, batch, deadline, refusal, put = std::move(put),

@@ -10,8 +10,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "store/etcd/etcd_backend.h"
+#include "store/etcd/etcd_numbers.h"
 #include "store/etcd/etcd_rpc.h"
 #include "store/etcd/etcd_watch.h"
 
@@ -37,56 +39,125 @@ void EtcdBackend::readForWait(ConnId conn, std::uint64_t id,
                               std::vector<std::string> keys) {
   ++wait_reads_;
   auto names = std::make_shared<std::vector<std::string>>(keys);
-  readKeys(std::move(keys), [this, conn, id, names](
-                                const Status& st, std::int64_t rev,
-                                std::vector<const std::string*> values) {
-    if (--wait_reads_ == 0) put_rev_.clear();
-    auto it = waits_.find(conn);
-    if (it == waits_.end() || it->second.id != id) return;  // dropped
+  readKeys(std::move(keys),
+           [this, conn, id, names](const Status& st, std::int64_t rev,
+                                   std::vector<const std::string*> values) {
+             if (--wait_reads_ == 0) put_rev_.clear();
+             auto it = waits_.find(conn);
+             if (it == waits_.end() || it->second.id != id) return;  // dropped
+             if (!st.isOk()) {
+               waits_.erase(it);
+               return fail(conn, st);
+             }
+             std::vector<std::string> missing;
+             for (std::size_t i = 0; i < values.size(); ++i) {
+               if (values[i] != nullptr) continue;
+               auto seen = put_rev_.find((*names)[i]);
+               if (seen != put_rev_.end() && seen->second > rev) continue;
+               missing.push_back((*names)[i]);
+             }
+             if (missing.empty()) {
+               waits_.erase(it);
+               std::string b(1, static_cast<char>(protocol::kStopWaiting));
+               return reply(conn, std::move(b));
+             }
+             if (!ensureWatch(rev)) {
+               // Read before the watch began: writes in between were never
+               // seen.
+               return readForWait(conn, id, std::move(missing));
+             }
+             for (const std::string& k : missing) waiters_[k].insert(conn);
+             it->second.keys.insert(missing.begin(), missing.end());
+             if (!closed_) host_->complete(conn, Status::ok(), Effects());
+           });
+}
+
+bool EtcdBackend::ensureWatch(std::int64_t revision) {
+  if (watch_ != nullptr) return revision + 1 >= watch_start_;
+  watch_start_ = revision + 1;
+  watch_ = new etcd::PrefixWatch(
+      *rpc_, options_.prefix, range_end_, watch_start_,
+      [this](const etcdserverpb::WatchResponse& resp) {
+        std::vector<WatchPut> puts;
+        for (const auto& ev : resp.events()) {
+          if (ev.type() != mvccpb::Event::PUT) continue;
+          WatchPut p;
+          p.key = ev.kv().key();
+          p.revision = ev.kv().mod_revision();
+          if (barrier_waiters_.count(p.key) != 0) p.value = ev.kv().value();
+          puts.push_back(std::move(p));
+        }
+        onWatchPuts(puts);
+      },
+      [this](const Status& why) { onWatchLost(why); });
+  watch_->start();
+  return true;
+}
+
+void EtcdBackend::registerBarrier(ConnId conn, const std::string& key,
+                                  std::int64_t world_size) {
+  dropBarrier(conn);
+  const std::uint64_t id = next_wait_id_++;
+  barrier_waits_[conn] = BarrierWait{id, key, world_size};
+  barrier_waiters_[key].insert(conn);
+  // Registered first, then read: a later write is either in the read or
+  // delivered by the watch afterwards (once the watch covers the read's
+  // revision onwards).
+  checkBarrier(conn, id, key);
+}
+
+void EtcdBackend::checkBarrier(ConnId conn, std::uint64_t id, std::string key) {
+  readKeys({key}, [this, conn, id, key](
+                      const Status& st, std::int64_t rev,
+                      std::vector<const std::string*> values) {
+    auto it = barrier_waits_.find(conn);
+    if (it == barrier_waits_.end() || it->second.id != id) return;
     if (!st.isOk()) {
-      waits_.erase(it);
-      return fail(conn, st);
+      dropBarrier(conn);
+      if (!closed_) host_->close(conn, st);
+      return;
     }
-    std::vector<std::string> missing;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      if (values[i] != nullptr) continue;
-      auto seen = put_rev_.find((*names)[i]);
-      if (seen != put_rev_.end() && seen->second > rev) continue;
-      missing.push_back((*names)[i]);
+    if (values[0] != nullptr &&
+        etcd::parsesAtLeast(*values[0], it->second.world_size)) {
+      dropBarrier(conn);
+      Effects fx;
+      fx.send(conn, std::string(1, static_cast<char>(protocol::kStopWaiting)));
+      if (!closed_) host_->deliver(fx);
+      return;
     }
-    if (missing.empty()) {
-      waits_.erase(it);
-      std::string b(1, static_cast<char>(protocol::kStopWaiting));
-      return reply(conn, std::move(b));
-    }
-    if (watch_ == nullptr) {
-      watch_start_ = rev + 1;
-      watch_ = new etcd::PrefixWatch(
-          *rpc_, options_.prefix, range_end_, watch_start_,
-          [this](const etcdserverpb::WatchResponse& resp) {
-            std::vector<std::pair<std::string, std::int64_t>> puts;
-            for (const auto& ev : resp.events()) {
-              if (ev.type() == mvccpb::Event::PUT)
-                puts.emplace_back(ev.kv().key(), ev.kv().mod_revision());
-            }
-            onWatchPuts(puts);
-          },
-          [this](const Status& why) { onWatchLost(why); });
-      watch_->start();
-    } else if (rev + 1 < watch_start_) {
-      // Read before the watch began: writes in between were never seen.
-      return readForWait(conn, id, std::move(missing));
-    }
-    for (const std::string& k : missing) waiters_[k].insert(conn);
-    it->second.keys.insert(missing.begin(), missing.end());
-    if (!closed_) host_->complete(conn, Status::ok(), Effects());
+    if (!ensureWatch(rev)) checkBarrier(conn, id, key);
   });
 }
 
-void EtcdBackend::onWatchPuts(
-    const std::vector<std::pair<std::string, std::int64_t>>& puts) {
+void EtcdBackend::dropBarrier(ConnId conn) {
+  auto it = barrier_waits_.find(conn);
+  if (it == barrier_waits_.end()) return;
+  auto w = barrier_waiters_.find(it->second.key);
+  if (w != barrier_waiters_.end()) {
+    w->second.erase(conn);
+    if (w->second.empty()) barrier_waiters_.erase(w);
+  }
+  barrier_waits_.erase(it);
+}
+
+void EtcdBackend::onWatchPuts(const std::vector<WatchPut>& puts) {
   Effects fx;
-  for (const auto& [key, rev] : puts) {
+  for (const auto& [key, rev, value] : puts) {
+    auto bw = barrier_waiters_.find(key);
+    if (bw != barrier_waiters_.end()) {
+      std::vector<ConnId> released;
+      for (ConnId conn : bw->second) {
+        auto it = barrier_waits_.find(conn);
+        if (it != barrier_waits_.end() &&
+            etcd::parsesAtLeast(value, it->second.world_size))
+          released.push_back(conn);
+      }
+      for (ConnId conn : released) {
+        dropBarrier(conn);
+        fx.send(conn,
+                std::string(1, static_cast<char>(protocol::kStopWaiting)));
+      }
+    }
     if (wait_reads_ > 0) {
       auto& r = put_rev_[key];
       r = std::max(r, rev);
@@ -111,12 +182,14 @@ void EtcdBackend::onWatchPuts(
 void EtcdBackend::onWatchLost(const Status& why) {
   watch_ = nullptr;  // it frees itself
   rpc_->log(why.message());
-  std::vector<ConnId> conns;
+  std::set<ConnId> conns;
   for (auto& [conn, w] : waits_) {
-    if (!w.keys.empty()) conns.push_back(conn);
+    if (!w.keys.empty()) conns.insert(conn);
   }
+  for (auto& [conn, w] : barrier_waits_) conns.insert(conn);
   for (ConnId conn : conns) {
     dropWait(conn);
+    dropBarrier(conn);
     if (!closed_) host_->close(conn, why);
   }
 }
@@ -133,6 +206,9 @@ void EtcdBackend::dropWait(ConnId conn) {
   waits_.erase(it);
 }
 
-void EtcdBackend::disconnect(ConnId conn) { dropWait(conn); }
+void EtcdBackend::disconnect(ConnId conn) {
+  dropWait(conn);
+  dropBarrier(conn);
+}
 
 }  // namespace tcpstore::store

@@ -91,6 +91,12 @@ OwnedRequest multiSet(std::vector<std::string> keys,
   r.values = std::move(values);
   return r;
 }
+OwnedRequest barrier(std::string k, std::int64_t world_size) {
+  auto r = req(Command::kBarrier);
+  r.key = std::move(k);
+  r.number = world_size;
+  return r;
+}
 OwnedRequest ping(std::uint32_t nonce) {
   auto r = req(Command::kPing);
   r.u32 = nonce;
@@ -154,7 +160,9 @@ TEST_CASE("parseEtcdUrl: endpoints and prefix and errors") {
   CHECK(tcpstore::store::prefixRangeEnd("/a/") == "/a0");
 }
 
-TEST_CASE("differential: the same requests give the same bytes as the in-memory keyspace") {
+TEST_CASE(
+    "differential: the same requests give the same bytes as the in-memory "
+    "keyspace") {
   EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("diff"));
   cluster.start();
   EtcdBackend backend(optionsFor(cluster, "diff"));
@@ -202,6 +210,9 @@ TEST_CASE("differential: the same requests give the same bytes as the in-memory 
       del("m2"),
       del("m2"),
       keysReq(Command::kCheck, {"m2"}),
+      barrier("bar", 1),  // completes at once
+      barrier("bar", 2),
+      barrier("text", 1),  // closes: non-numeric
       req(Command::kGetNumKeys),
   };
   for (std::size_t i = 0; i < script.size(); ++i) {
@@ -435,4 +446,46 @@ TEST_CASE("faults: the etcd leader is killed mid-run and operations complete") {
   cluster.restart(leader);
   CHECK(ha.roundTrip(2001, set("back", "1")).empty());
   CHECK_FALSE(ha.conn(2001).closed);
+}
+
+TEST_CASE("barrier: ranks on two gateways are released together") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("barrier"));
+  cluster.start();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+  const std::string stop(1, '\0');
+
+  // Three of four ranks arrive: all wait (the BARRIER itself completes with
+  // no bytes; the release comes later).
+  CHECK(ha.roundTrip(1, barrier("b/", 4)).empty());
+  CHECK(hb.roundTrip(1, barrier("b/", 4)).empty());
+  CHECK(ha.roundTrip(2, barrier("b/", 4)).empty());
+  CHECK(ha.roundTrip(9, get("b/")) == [] {
+    std::string out;
+    tcpstore::protocol::appendStr(out, "3");
+    return out;
+  }());
+  CHECK(ha.conn(1).bytes.empty());
+  CHECK(hb.conn(1).bytes.empty());
+  // The last one completes at once and releases the others.
+  CHECK(hb.roundTrip(2, barrier("b/", 4)) == stop);
+  CHECK(ha.waitFor(
+      [&] {
+        return ha.connLocked(1).bytes == stop && ha.connLocked(2).bytes == stop;
+      },
+      10s));
+  CHECK(hb.waitFor([&] { return hb.connLocked(1).bytes == stop; }, 10s));
+
+  // A waiter is also released by an ADD that brings the count to the size.
+  CHECK(ha.roundTrip(3, barrier("c/", 3)).empty());
+  CHECK(hb.roundTrip(3, add("c/", 5)).size() == 8);
+  CHECK(ha.waitFor([&] { return ha.connLocked(3).bytes == stop; }, 10s));
+  // CANCEL_WAIT drops a barrier wait.
+  CHECK(ha.roundTrip(4, barrier("d/", 2)).empty());
+  CHECK(ha.roundTrip(4, req(Command::kCancelWait)) == std::string(1, '\x01'));
+  CHECK(hb.roundTrip(4, barrier("d/", 2)) == stop);
+  CHECK(ha.roundTrip(5, get("d/")).size() == 9);
+  CHECK(ha.conn(4).bytes == std::string(1, '\x01'));
 }
