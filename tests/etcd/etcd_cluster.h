@@ -1,10 +1,11 @@
 // EtcdCluster: a real 3-member etcd cluster on loopback for tests.
 //
 // Each member is Debian's etcd binary started as its own process (posix_spawn)
-// with random free ports and a data dir under the build tree; start() waits
-// (with a deadline) until every member answers /health. Members can be
-// killed (SIGKILL, by PID) and restarted on the same ports and data. The
-// destructor kills every member it started and removes the data dirs.
+// with random free ports (below the ephemeral range, see freePort()) and a data
+// dir under the build tree; start() waits (with a deadline) until every member
+// answers /health. Members can be killed (SIGKILL, by PID) and restarted on the
+// same ports and data. The destructor kills every member it started and removes
+// the data dirs.
 #pragma once
 
 #include <arpa/inet.h>
@@ -18,7 +19,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -122,20 +126,26 @@ class EtcdCluster {
     pid_t pid;
   };
 
+  // A random free port BELOW the kernel's ephemeral range (32768+), so no
+  // outgoing connection (of etcd or of a parallel test) can take it between
+  // this check and etcd's bind, nor while a killed member is down.
   static int freePort() {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof(a);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      if (fd >= 0) ::close(fd);
-      throw std::runtime_error("etcd cluster: no free port");
+    static std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(20000, 32000);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const int port = pick(rng);
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd < 0) break;
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      const bool ok =
+          ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+      ::close(fd);
+      if (ok) return port;
     }
-    ::close(fd);
-    return ntohs(a.sin_port);
+    throw std::runtime_error("etcd cluster: no free port");
   }
 
   void spawn(int i, const std::string& state) {
@@ -189,9 +199,8 @@ class EtcdCluster {
       int status = 0;
       if (::waitpid(members_[i].pid, &status, WNOHANG) == members_[i].pid) {
         members_[i].pid = -1;
-        throw std::runtime_error(
-            "etcd member " + members_[i].name + " exited; see " +
-            (root_ / (members_[i].name + ".log")).string());
+        throw std::runtime_error("etcd member " + members_[i].name +
+                                 " exited; its log ends with: " + logTail(i));
       }
       auto body = http(members_[i].client_port, "GET", "/health", "");
       if (body && body->find("\"health\":\"true\"") != std::string::npos)
@@ -200,6 +209,13 @@ class EtcdCluster {
     }
     throw std::runtime_error("etcd member " + members_[i].name +
                              " not healthy before the deadline");
+  }
+
+  std::string logTail(int i) const {
+    std::ifstream in(root_ / (members_[i].name + ".log"));
+    std::string all((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+    return all.size() > 1500 ? all.substr(all.size() - 1500) : all;
   }
 
   // One HTTP/1.1 request to 127.0.0.1:port; the body, or nullopt.
