@@ -58,6 +58,14 @@ class BackendHarness final : private store::BackendHost {
     bool pending = false;  // a request awaits complete()
     std::deque<OwnedRequest> queue;
     std::size_t done = 0;  // requests finished (completed or kDone)
+    // Per request, in order: when it was submitted and finished (loop
+    // thread clock), and the range of `bytes` it produced.
+    struct Timing {
+      std::chrono::steady_clock::time_point start, end;
+      std::size_t begin = 0, finish = 0;
+      bool finished = false, failed = false;
+    };
+    std::vector<Timing> timings;
   };
 
   explicit BackendHarness(store::Backend& backend) : backend_(backend) {
@@ -189,6 +197,10 @@ class BackendHarness final : private store::BackendHost {
           todo.emplace_back(id, std::move(c.queue.front()));
           c.queue.pop_front();
           c.pending = true;  // until submit() returns or complete()
+          Conn::Timing t;
+          t.start = std::chrono::steady_clock::now();
+          t.begin = c.bytes.size();
+          c.timings.push_back(t);
         }
       }
       for (auto& fn : fns) fn();
@@ -209,6 +221,7 @@ class BackendHarness final : private store::BackendHost {
         } else if (*r == store::Backend::Outcome::kDone) {
           c.pending = false;
           routeLocked(fx);
+          finishLocked(c, false);
           ++c.done;
         }
         cv_.notify_all();
@@ -222,7 +235,16 @@ class BackendHarness final : private store::BackendHost {
       if (!c.closed) c.bytes.append(fx.bytesOf(s));
     }
   }
+  void finishLocked(Conn& c, bool failed) {
+    if (c.timings.empty() || c.timings.back().finished) return;
+    auto& t = c.timings.back();
+    t.end = std::chrono::steady_clock::now();
+    t.finish = c.bytes.size();
+    t.finished = true;
+    t.failed = failed;
+  }
   void closeLocked(Conn& c, const std::string& why) {
+    finishLocked(c, true);
     c.closed = true;
     c.close_reason = why;
     c.queue.clear();
@@ -244,6 +266,7 @@ class BackendHarness final : private store::BackendHost {
       c.pending = false;
       if (status.isOk()) {
         routeLocked(fx);
+        finishLocked(c, false);
         ++c.done;
       } else {
         routeLocked(fx);  // other connections' sends still go out
