@@ -65,7 +65,7 @@ void EtcdBackend::replyCas(CasBatch& batch, const Status& refusal,
         fx.send(op.conn,
                 std::string(1, static_cast<char>(protocol::kStopWaiting)));
         host_->complete(op.conn, Status::ok(), fx);
-            } else {
+      } else {
         // Registered before complete(): that may already submit the
         // connection's next request (a CANCEL_WAIT).
         registerBarrier(op.conn, op.key, op.world_size);

@@ -143,7 +143,20 @@ EtcdRpc::EtcdRpc(const EtcdOptions& options) : options_(options) {
 }
 
 EtcdRpc::~EtcdRpc() {
-  if (!poller_.joinable()) {
+  if (poller_.joinable()) {
+    // close() was not called (a contract breach): stop the thread rather
+    // than std::terminate; the uv_async_t is leaked with the loop.
+    log("etcd: client destroyed without close()");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (Tag* t : tracked_) t->cancel();
+    }
+    closing_ = true;
+    cq_.Shutdown();
+    poller_.join();
+    for (Tag* t : ready_) delete t;
+    ready_.clear();
+  } else if (!open_) {  // never polled: shut the queue down here
     cq_.Shutdown();
     void* tag = nullptr;
     bool ok = false;
