@@ -53,8 +53,9 @@ class UnaryCall final : public Tag {
                                  grpc::CompletionQueue*);
 
   UnaryCall(EtcdRpc& rpc, Prepare prepare, Req req, bool idempotent,
-            EtcdRpc::Done<Resp> done)
+            EtcdRpc::Done<Resp> done, int pinned = -1)
       : rpc_(rpc),
+        pinned_(pinned),
         prepare_(prepare),
         req_(std::move(req)),
         idempotent_(idempotent),
@@ -64,7 +65,8 @@ class UnaryCall final : public Tag {
 
   void start() {
     in_backoff_ = false;
-    endpoint_ = rpc_.current();
+    endpoint_ =
+        pinned_ >= 0 ? static_cast<std::size_t>(pinned_) : rpc_.current();
     ctx_ = std::make_unique<grpc::ClientContext>();
     ctx_->set_deadline(
         std::min(Clock::now() + rpc_.options().rpc_timeout, deadline_));
@@ -85,7 +87,7 @@ class UnaryCall final : public Tag {
         return;
       }
       status_ = grpc::Status(grpc::StatusCode::CANCELLED, "retry cancelled");
-    } else if (isTransportError(status_)) {
+    } else if (isTransportError(status_) && pinned_ < 0) {
       rpc_.failover(endpoint_, status_);
       const auto now = Clock::now();
       if ((idempotent_ || neverApplied(status_)) &&
@@ -112,6 +114,7 @@ class UnaryCall final : public Tag {
 
  private:
   EtcdRpc& rpc_;
+  int pinned_;  // >= 0: one attempt on this endpoint only (a probe)
   Prepare prepare_;
   Req req_;
   bool idempotent_;
@@ -269,6 +272,14 @@ void EtcdRpc::range(etcdserverpb::RangeRequest req,
   (new UnaryCall<etcdserverpb::RangeRequest, etcdserverpb::RangeResponse>(
        *this, &etcdserverpb::KV::Stub::PrepareAsyncRange, std::move(req), true,
        std::move(done)))
+      ->start();
+}
+
+void EtcdRpc::probe(std::size_t endpoint, etcdserverpb::RangeRequest req,
+                    Done<etcdserverpb::RangeResponse> done) {
+  (new UnaryCall<etcdserverpb::RangeRequest, etcdserverpb::RangeResponse>(
+       *this, &etcdserverpb::KV::Stub::PrepareAsyncRange, std::move(req), false,
+       std::move(done), static_cast<int>(endpoint)))
       ->start();
 }
 

@@ -66,6 +66,10 @@ class EtcdRpc {
   void range(etcdserverpb::RangeRequest req,
              Done<etcdserverpb::RangeResponse> done);
   void put(etcdserverpb::PutRequest req, Done<etcdserverpb::PutResponse> done);
+  // One Range attempt on `endpoint` only, no retry, no failover: tells
+  // whether that member still answers linearizable reads (has a leader).
+  void probe(std::size_t endpoint, etcdserverpb::RangeRequest req,
+             Done<etcdserverpb::RangeResponse> done);
   void deleteRange(etcdserverpb::DeleteRangeRequest req,
                    Done<etcdserverpb::DeleteRangeResponse> done);
   // `idempotent`: true if the Txn may be applied twice with the same effect

@@ -21,7 +21,64 @@ PrefixWatch::PrefixWatch(EtcdRpc& rpc, std::string key, std::string range_end,
       on_lost_(std::move(on_lost)),
       backoff_(rpc.options().retry_backoff) {}
 
+// Re-arms an alarm every rpc_timeout and calls onTick() while the watch
+// lives; frees itself once the watch is gone (or at EtcdRpc::close()).
+class PrefixWatch::Ticker final : public Tag {
+ public:
+  Ticker(EtcdRpc& rpc, PrefixWatch* watch, std::shared_ptr<bool> alive)
+      : rpc_(rpc), watch_(watch), alive_(std::move(alive)) {}
+  void arm() {
+    rpc_.track(this);
+    alarm_.Set(rpc_.cq(), Clock::now() + rpc_.options().rpc_timeout, this);
+  }
+  void onLoop(bool ok) override {
+    rpc_.untrack(this);
+    if (!ok || !*alive_) {
+      delete this;
+      return;
+    }
+    watch_->onTick();
+    arm();
+  }
+  void cancel() noexcept override { alarm_.Cancel(); }
+
+ private:
+  EtcdRpc& rpc_;
+  PrefixWatch* watch_;
+  std::shared_ptr<bool> alive_;
+  grpc::Alarm alarm_;
+};
+
+PrefixWatch::~PrefixWatch() { *alive_ = false; }
+
+void PrefixWatch::onTick() {
+  if (phase_ != Phase::kRead || probing_) return;
+  probing_ = true;
+  etcdserverpb::RangeRequest r;
+  r.set_key(key_);
+  r.set_limit(1);
+  r.set_keys_only(true);
+  const std::size_t probed = endpoint_;
+  rpc_.probe(probed, std::move(r),
+             [this, alive = alive_, probed](const grpc::Status& s,
+                                            etcdserverpb::RangeResponse&) {
+               if (!*alive) return;
+               probing_ = false;
+               if (s.ok() || phase_ != Phase::kRead || endpoint_ != probed)
+                 return;
+               rpc_.log(fmt::format(
+                   "etcd: watch member {} does not answer ({}); moving",
+                   rpc_.endpoint(probed), describe(s)));
+               rpc_.failover(probed, s);
+               ctx_->TryCancel();  // the Read fails, then Finish, then retry
+             });
+}
+
 void PrefixWatch::start() {
+  if (!ticking_) {
+    ticking_ = true;
+    (new Ticker(rpc_, this, alive_))->arm();
+  }
   endpoint_ = rpc_.current();
   ctx_ = std::make_unique<grpc::ClientContext>();
   // A member cut off from the leader cancels the stream instead of going

@@ -36,8 +36,16 @@ class PrefixWatch final : public Tag {
 
   void onLoop(bool ok) override;
   void cancel() noexcept override;
+  ~PrefixWatch() override;
+
+  // Liveness (called by the watch's ticker every options().rpc_timeout): a
+  // stream stays silent both when nothing is written and when its member
+  // froze or lost the cluster; so the member is probed with a linearizable
+  // read, and the stream moved to another endpoint if that fails.
+  void onTick();
 
  private:
+  class Ticker;
   enum class Phase { kStart, kWrite, kRead, kFinish, kBackoff, kLost };
   void finish();
   void retry(const std::string& why);
@@ -60,6 +68,9 @@ class PrefixWatch final : public Tag {
   grpc::Status status_;
   std::chrono::system_clock::time_point failing_since_{};
   std::chrono::milliseconds backoff_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  bool ticking_ = false;
+  bool probing_ = false;
 };
 
 }  // namespace tcpstore::store::etcd

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <set>
@@ -660,4 +661,36 @@ TEST_CASE(
       }
     }
   }
+}
+
+TEST_CASE("faults: a frozen member under a gateway is left for another") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("frozen"));
+  cluster.start();
+  cluster.waitLeader();
+  auto opts_a = optionsFor(cluster, "job");  // member 0 first
+  auto opts_b = opts_a;                      // member 1 first
+  std::rotate(opts_b.endpoints.begin(), opts_b.endpoints.begin() + 1,
+              opts_b.endpoints.end());
+  EtcdBackend a(opts_a), b(opts_b);
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+
+  // A's waiter (its watch is on member 0), then member 0 freezes.
+  CHECK(ha.roundTrip(1, keysReq(Command::kWait, {"late"})).empty());
+  cluster.pause(0);
+  // B writes through member 1 (after an election if 0 led).
+  CHECK(hb.roundTrip(1, set("late", "v")).empty());
+  CHECK_FALSE(hb.conn(1).closed);
+  // A's watch notices its member is silent, resumes elsewhere, releases.
+  CHECK(ha.waitFor(
+      [&] { return ha.connLocked(1).bytes == std::string(1, '\0'); }, 30s));
+  // A's requests fail over too.
+  CHECK(ha.roundTrip(2, get("late")) == [] {
+    std::string out;
+    tcpstore::protocol::appendStr(out, "v");
+    return out;
+  }());
+  CHECK_FALSE(ha.conn(2).closed);
+  cluster.resume(0);
 }

@@ -88,6 +88,14 @@ class EtcdCluster {
     ::waitpid(m.pid, &status, 0);
     m.pid = -1;
   }
+  // Freezes member `i` (SIGSTOP): it keeps its sockets open but answers
+  // nothing, like a hung host. resume() undoes it (SIGCONT).
+  void pause(int i) {
+    if (members_[i].pid > 0) ::kill(members_[i].pid, SIGSTOP);
+  }
+  void resume(int i) {
+    if (members_[i].pid > 0) ::kill(members_[i].pid, SIGCONT);
+  }
   // Restarts member `i` on its ports and data dir; waits until healthy.
   void restart(int i,
                std::chrono::seconds deadline = std::chrono::seconds(60)) {
