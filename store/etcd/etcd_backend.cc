@@ -108,9 +108,7 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       appendU8(fx.begin(conn), protocol::kWaitCanceled);
       fx.end();
       return Outcome::kDone;
-    case Command::kSet:
-      doSet(conn, req.key, req.value);
-      return Outcome::kPending;
+
     case Command::kGet:
       doGet(conn, req.key);
       return Outcome::kPending;
@@ -140,6 +138,7 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
     case Command::kWait:
       doWait(conn, req.keys);
       return Outcome::kPending;
+    case Command::kSet:
     case Command::kAdd:
     case Command::kBarrier:
     case Command::kAppend:
@@ -232,18 +231,6 @@ void EtcdBackend::readKeys(std::vector<std::string> keys,
         });
   };
   (*step)();
-}
-
-void EtcdBackend::doSet(ConnId conn, std::string_view key,
-                        std::string_view value) {
-  etcdserverpb::PutRequest put;
-  put.set_key(full(key));
-  put.set_value(std::string(value));
-  rpc_->put(std::move(put),
-            [this, conn](const grpc::Status& s, etcdserverpb::PutResponse&) {
-              if (!s.ok()) return fail(conn, etcdError("SET", s));
-              if (!closed_) host_->complete(conn, Status::ok(), Effects());
-            });
 }
 
 void EtcdBackend::doGet(ConnId conn, std::string_view key) {
@@ -388,7 +375,9 @@ void EtcdBackend::doMultiSet(ConnId conn, const protocol::Request& req) {
       if (!self->closed_) self->host_->complete(c, Status::ok(), Effects());
       return;
     }
-    rpc_->txn(std::move((*txns)[i]), true,
+    // Not retried after an unknown outcome (a blind Put retry could apply
+    // after later writes): the connection gets an error instead.
+    rpc_->txn(std::move((*txns)[i]), false,
               [this, conn, step, i](const grpc::Status& s,
                                     etcdserverpb::TxnResponse&) {
                 if (!s.ok()) {

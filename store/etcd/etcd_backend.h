@@ -4,11 +4,13 @@
 // Every key K of the job is stored as options.prefix + K; values are bytes.
 // Commands map to etcd as follows (PyTorch's semantics, the Keyspace's reply
 // bytes, both dialects):
-//   SET -> Put;  GET -> Range;  DELETE_KEY -> DeleteRange;
+//   SET -> a Txn: Put, fenced by a per-gateway marker key (below);
+//   GET -> Range;  DELETE_KEY -> DeleteRange;
 //   GETNUMKEYS -> count-only Range of the prefix;  LIST_KEYS -> keys-only
 //   Range of the prefix;  CHECK / MULTI_GET -> Txns of Ranges (at most 128
 //   ops each; later Txns read at the first one's revision: one snapshot);
-//   MULTI_SET -> Txns of Puts (at most 128 each; not atomic past 128 keys);
+//   MULTI_SET -> Txns of Puts (at most 128 each; not atomic past 128 keys;
+//   an unknown outcome is an error for the connection, not retried);
 //   COMPARE_SET, APPEND -> compare-on-mod_revision Txns, retried on conflict;
 //   ADD -> the same, and concurrent ADDs to one key from this gateway are
 //   combined: one Txn per batch, each caller handed its own value in the
@@ -89,7 +91,7 @@ class EtcdBackend final : public Backend {
                 std::function<void(const Status&, std::int64_t revision,
                                    std::vector<const std::string*> values)>
                     done);
-  void doSet(ConnId conn, std::string_view key, std::string_view value);
+
   void doGet(ConnId conn, std::string_view key);
   void doDelete(ConnId conn, std::string_view key);
   void doNumKeys(ConnId conn);
@@ -118,6 +120,9 @@ class EtcdBackend final : public Backend {
     bool exists = false;
     std::string value;
     std::int64_t mod_revision = 0;  // 0: missing
+    // mod_revision of this gateway's marker key for this key (only this
+    // gateway writes it, one Txn at a time, so this is exact once learnt).
+    std::int64_t marker_revision = 0;
   };
   // A batch and the writing attempts made for it (any of which may turn out
   // to have been applied after an unknown outcome).

@@ -9,6 +9,11 @@
 // a COMPARE_SET mismatch, an APPEND over the limit) are confirmed the same
 // way, so no answer rests on a stale cache.
 //
+// SET goes through the same queue (consecutive SETs become one Put of the
+// last value) but its Txn compares the marker key's mod_revision instead of
+// the key's: a Put retried blindly after an unknown outcome could apply
+// twice, the second time after later writes of other clients.
+//
 // Unknown outcomes (a deadline or a dropped connection while a Txn was in
 // flight): every writing Txn also writes a marker key owned by this gateway
 // and this key, "<prefix>\0cas/<gateway id>/<key>", with a value unique to
@@ -108,6 +113,13 @@ void EtcdBackend::runCas(const std::string& key) {
       batch->ops.push_back(std::move(ks.queue.front()));
       ks.queue.pop_front();
     }
+  } else if (batch->ops.front()->command == Command::kSet) {
+    // Concurrent SETs: one Put of the last value (the others were
+    // overwritten at once, in this order).
+    while (!ks.queue.empty() && ks.queue.front()->command == Command::kSet) {
+      batch->ops.push_back(std::move(ks.queue.front()));
+      ks.queue.pop_front();
+    }
   }
   attemptCas(key, std::move(batch),
              std::chrono::steady_clock::now() + options_.op_timeout);
@@ -162,6 +174,9 @@ void EtcdBackend::attemptCas(const std::string& key,
       put = (ks.exists ? ks.value : std::string()) + first.value;
       break;
     }
+    case Command::kSet:
+      put = batch->ops.back()->value;
+      break;
     default: {  // COMPARE_SET
       const bool stores =
           ks.exists ? ks.value == first.value : first.value.empty();
@@ -178,10 +193,18 @@ void EtcdBackend::attemptCas(const std::string& key,
   const std::string marker = markerKey(key);
   etcdserverpb::TxnRequest txn;
   auto* cmp = txn.add_compare();
-  cmp->set_key(key);
   cmp->set_target(etcdserverpb::Compare::MOD);
   cmp->set_result(etcdserverpb::Compare::EQUAL);
-  cmp->set_mod_revision(ks.mod_revision);
+  if (first.command == Command::kSet) {
+    // A SET does not depend on the value: it is fenced by the marker alone,
+    // so no other gateway's writes make it retry, and an attempt whose
+    // outcome was unknown can never apply after a later one.
+    cmp->set_key(marker);
+    cmp->set_mod_revision(ks.marker_revision);
+  } else {
+    cmp->set_key(key);
+    cmp->set_mod_revision(ks.mod_revision);
+  }
   if (put) {
     CasBatch::Attempt att;
     att.marker = std::to_string(++cas_seq_);
@@ -227,6 +250,8 @@ void EtcdBackend::attemptCas(const std::string& key,
                 st.value = st.exists ? rr.kvs(0).value() : std::string();
                 st.mod_revision = st.exists ? rr.kvs(0).mod_revision() : 0;
                 const auto& mr = resp.responses(1).response_range();
+                st.marker_revision =
+                    mr.kvs_size() > 0 ? mr.kvs(0).mod_revision() : 0;
                 if (mr.kvs_size() > 0) {
                   for (const auto& att : batch->attempts) {
                     if (att.marker != mr.kvs(0).value()) continue;
@@ -247,6 +272,7 @@ void EtcdBackend::attemptCas(const std::string& key,
                 st.exists = true;
                 st.value = *put;
                 st.mod_revision = resp.header().revision();
+                st.marker_revision = resp.header().revision();
               }
               replyCas(*batch, refusal, replies);
               finishCas(key);

@@ -649,7 +649,20 @@ TEST_CASE(
   for (int k = 0; k < kKeys; ++k) {
     CAPTURE(k);
     MESSAGE("key lin/", k, ": ", per_key[k].size(), " operations");
-    CHECK(LinearizabilityChecker(per_key[k], std::string("0")).check());
+        const bool ok = LinearizabilityChecker(per_key[k], std::string("0")).check();
+    CHECK(ok);
+    if (!ok) {
+      auto ops = per_key[k];
+      std::sort(ops.begin(), ops.end(),
+                [](const LinOp& x, const LinOp& y) { return x.start < y.start; });
+      const std::int64_t t0 = ops.front().start;
+      for (const auto& o : ops) {
+        MESSAGE("kind ", int(o.kind), " value '", o.value, "' desired '",
+                o.desired, "' result '", o.result, "' known ", o.known, " [",
+                (o.start - t0) / 1000, "us, ",
+                o.end == INT64_MAX ? -1 : (o.end - t0) / 1000, "us]");
+      }
+    }
     // The same history with one read answered wrongly must be rejected (the
     // check above is not vacuous).
     auto bad = per_key[k];

@@ -57,9 +57,25 @@ class EtcdCluster {
 
   // Starts every member and waits until all are healthy (throws past
   // `deadline`).
+  // A member that exits at start (e.g. a port taken by another process
+  // between our check and etcd's bind) makes the whole cluster start over on
+  // fresh ports and empty data dirs, up to three times.
   void start(std::chrono::seconds deadline = std::chrono::seconds(60)) {
-    for (int i = 0; i < kMembers; ++i) spawn(i, "new");
-    for (int i = 0; i < kMembers; ++i) waitHealthy(i, deadline);
+    for (int attempt = 1;; ++attempt) {
+      try {
+        for (int i = 0; i < kMembers; ++i) spawn(i, "new");
+        for (int i = 0; i < kMembers; ++i) waitHealthy(i, deadline);
+        return;
+      } catch (const std::runtime_error&) {
+        if (attempt == 3) throw;
+        for (int i = 0; i < kMembers; ++i) {
+          kill(i);
+          std::filesystem::remove_all(root_ / members_[i].name);
+          members_[i].client_port = freePort();
+          members_[i].peer_port = freePort();
+        }
+      }
+    }
   }
 
   // "127.0.0.1:PORT" client endpoints, member order.
