@@ -105,6 +105,8 @@ std::string Ctx::readExact(Conn& c, std::size_t n, std::string_view what) {
 
 void Ctx::expectBytes(Conn& c, std::string_view expected,
                       std::string_view what) {
+  if (expected.empty())
+    fail(fmt::format("tool error: {}: nothing to expect", what));
   std::string got = readExact(c, expected.size(), what);
   if (got != expected) {
     fail(fmt::format("{}: expected {}, got {}", what, hex(expected), hex(got)));

@@ -210,7 +210,10 @@ RunReport runChecks(const std::vector<Check>& checks, const RunOptions& opts) {
     for (std::size_t i = 0; i < kProfileCount; ++i) {
       rep.profile = static_cast<Profile>(i);
       tally(rep);
-      int score = -(rep.failed + rep.deviates) * 1000 + rep.passed;
+      bool same_main = (i == static_cast<std::size_t>(Profile::kTorch113)) ==
+                       (main == Dialect::kV113);
+      int score = -(rep.failed + rep.deviates) * 1000 + rep.passed * 2 +
+                  (same_main ? 1 : 0);
       if (i == 0 || score > best) best = score, best_i = static_cast<int>(i);
     }
     rep.profile = static_cast<Profile>(best_i);
