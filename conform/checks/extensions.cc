@@ -36,7 +36,7 @@ Observed orUnsupported(Ctx& ctx) {
   try {
     return F(ctx);
   } catch (const Unsupported& u) {
-    return {"unsupported", fmt::format("connection closed on {}", u.what)};
+    return {"closes", fmt::format("connection closed on {}", u.what)};
   }
 }
 

@@ -215,7 +215,7 @@ Observed checkQueue(Ctx& ctx) {
   ctx.send(c, req::check(V2, {q}), "CHECK [q]");
   std::string extra;
   if (c.fill(1, Clock::now() + ctx.timing().op) != RecvStatus::kData) {
-    return {"unsupported", "connection closed on QUEUE_PUSH"};
+    return {"closes", "connection closed on QUEUE_PUSH"};
   }
   std::string b = c.take(1);
   if (b != std::string("\x00", 1))

@@ -3,6 +3,9 @@
 // real tcpstore-server started as a separate process.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -132,7 +135,29 @@ TEST_CASE("the best-matching profile is picked when none is given") {
   CHECK(r.out.find("profile tcpstore (best match)") != std::string::npos);
 }
 
-TEST_CASE("usage errors exit 2, an unreachable server 3") {
+TEST_CASE("dialect and group selection and the JSON report") {
+  FaultServer server(Fault::kNone);
+  std::string json =
+      "/tmp/tcpstore-conform-test-" + std::to_string(::getpid()) + ".json";
+  ProcResult r =
+      conform({"--addr", "127.0.0.1:" + std::to_string(server.port()),
+               "--dialect", "1.13", "--only", "wire", "--json", json});
+  CHECK(r.exit_code == 0);
+  CHECK(hasLine(r.out, "PASS wire.v1.watch "));
+  CHECK(r.out.find("wire.v2.") == std::string::npos);
+  CHECK(r.out.find("sem.") == std::string::npos);
+  std::ifstream f(json);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  std::remove(json.c_str());
+  REQUIRE(j.is_object());
+  CHECK(j["checks"].size() ==
+        static_cast<std::size_t>(j["passed"].get<int>() +
+                                 j["unsupported"].get<int>()));
+  CHECK(j["checks"][0]["source"].get<std::string>().rfind(
+            "conform/checks/wire.cc#L", 0) == 0);
+}
+
+TEST_CASE("usage errors exit 2 and an unreachable server 3") {
   CHECK(conform({"--profile", "nope", "--addr", "127.0.0.1:1"}).exit_code == 2);
   CHECK(conform({}).exit_code == 2);
   tcpstore::test::BoundPort closed;  // bound, not listening: refused
