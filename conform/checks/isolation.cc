@@ -17,7 +17,6 @@ namespace tcpstore::conform {
 namespace {
 
 constexpr const char* kFile = "conform/checks/isolation.cc";
-constexpr Dialect V2 = Dialect::kV2;
 
 // `partial` is sent on its own connection (after the 2.x handshake if
 // `handshake`); another connection, opened before, must still be served.

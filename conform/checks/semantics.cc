@@ -262,6 +262,31 @@ Observed multiSetZero(Ctx& ctx) {
   return {"ok", ""};
 }
 
+// 1.13 watches of a closed connection (§3.11): torch never drops them, so
+// the next change of the key is written to whichever connection got the
+// closed one's descriptor number (the next one accepted, after the close was
+// seen). Ours drops them.
+Observed watchOfClosedConnection(Ctx& ctx) {
+  constexpr Dialect V1 = Dialect::kV113;
+  std::string k = ctx.key("wk");
+  Conn s = ctx.connect(V1);
+  Conn w = ctx.connect(V1);
+  ctx.call(w, req::watch(k), ReplyShape::kByte, "WATCH_KEY");
+  w.close();
+  ctx.fence(s, V1);  // two round trips: the server has seen the close
+  ctx.fence(s, V1);
+  Conn n = ctx.connect(V1);
+  ctx.send(s, req::set(V1, k, "v"), "SET the watched key");
+  ctx.fence(s, V1);
+  ctx.send(n, req::numKeys(V1), "GETNUMKEYS on a new connection");
+  if (ctx.readExact(n, 1, "first byte") == std::string("\x01", 1) &&
+      n.fill(8, Clock::now() + ctx.timing().op) == RecvStatus::kData &&
+      n.buffer().substr(0, 8) == le64(k.size())) {
+    return {"leaks", "the new connection got the closed watcher's KEY_CREATED"};
+  }
+  return {"ok", ""};
+}
+
 }  // namespace
 
 std::vector<Check> semanticsChecks() {
@@ -282,6 +307,7 @@ std::vector<Check> semanticsChecks() {
     TCPSTORE_CONFORM_CHECK(kFile, "sem.cancel_wait.completed", "CANCEL_WAIT after the wait completed: 00 01", "§3.15", G, S::kV2, kV2Ok, cancelCompleted),
     TCPSTORE_CONFORM_CHECK(kFile, "sem.cancel_wait.twice", "two CANCEL_WAITs: 01 01", "§3.15", G, S::kV2, kV2Ok, cancelTwice),
     TCPSTORE_CONFORM_CHECK(kFile, "sem.delete.waiters", "DELETE_KEY wakes nobody; the next SET does", "§3.10, §4.1", G, S::kMain, kAllOk, deleteWithWaiter),
+    TCPSTORE_CONFORM_CHECK(kFile, "sem.watch.closed_watcher", "a closed 1.13 watcher's notifications go nowhere", "§3.11", G, S::kV113, (Expect{"leaks", nullptr, nullptr, "ok"}), watchOfClosedConnection),
     TCPSTORE_CONFORM_CHECK(kFile, "sem.num_keys.counting", "GETNUMKEYS counts every key, raw ones too", "§3.9", G, S::kMain, kAllOk, numKeysCounting),
     TCPSTORE_CONFORM_CHECK(kFile, "sem.check.queue", "CHECK counts a non-empty queue as present", "§3.7, §3.16", G, S::kV2, kOursOk, checkQueue),
     TCPSTORE_CONFORM_CHECK(kFile, "sem.multi_get.missing", "MULTI_GET [present, missing]", "§3.13, §9.1 #39", G, S::kV2, (Expect{nullptr, "partial-then-close", "partial-then-close", "close-no-reply"}), multiGetMissing),

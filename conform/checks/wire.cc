@@ -140,6 +140,14 @@ Observed handshake(Ctx& ctx) {
   return {"ok", ""};
 }
 
+// VALIDATE alone, without PING, is a complete handshake (§3.1).
+Observed validateOnly(Ctx& ctx) {
+  Conn c = ctx.connectRaw();
+  ctx.send(c, replyVector(V2, 1).request, "VALIDATE");
+  ctx.fence(c, V2);
+  return {"ok", ""};
+}
+
 Observed append(Ctx& ctx) {
   Conn c = ctx.connect(V2);
   step<V2>(ctx, c, 27);
@@ -246,6 +254,7 @@ std::vector<Check> wireChecks() {
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v1.close.key_2e62", "1.13 SET with key length 2^62 closes", "§7, §9.1 C5", W, S::kV113, kV1Close, CLOSES(V1, 5)),
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v1.close.v2_handshake", "2.x handshake on a 1.13-only server", "§8.4, §9.1 C6", W, S::kV113, (Expect{"ok", nullptr, nullptr, "replied"}), CLOSES(V1, 6)),
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v2.handshake", "2.x VALIDATE + PING, echo of any nonce", "§3.1, §3.2, §9.1 #1-2", W, S::kV2, kV2Ok, handshake),
+    TCPSTORE_CONFORM_CHECK(kFile, "wire.v2.validate_only", "2.x VALIDATE without PING is a complete handshake", "§3.1, §8.1", W, S::kV2, kV2Ok, validateOnly),
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v2.set_get", "2.x SET, WAIT, GET, binary value", "§9.1 #3-5,8", W, S::kV2, kV2Ok, setGet<V2>),
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v2.empty_value", "2.x SET and GET of an empty value", "§9.1 #6-7", W, S::kV2, kV2Ok, emptyValue<V2>),
     TCPSTORE_CONFORM_CHECK(kFile, "wire.v2.add", "2.x ADD new, negative, zero; value is decimal text", "§9.1 #9-12", W, S::kV2, kV2Ok, add<V2>),
