@@ -33,7 +33,11 @@ ProcResult againstFault(Fault fault, const std::string& group) {
   FaultServer server(fault);
   REQUIRE(server.port() != 0);
   return conform({"--addr", "127.0.0.1:" + std::to_string(server.port()),
-                  "--profile", "tcpstore", "--only", group});
+                  "--profile", "tcpstore", "--only", group,
+                  // Shorter than the default 3 s: the faults make many replies
+                  // never come, and each such wait costs one timeout.
+                  "--timeout-ms",
+                  std::to_string(1500 * tcpstore::test::timeoutMultiplier())});
 }
 
 bool hasLine(const std::string& out, const std::string& prefix) {
