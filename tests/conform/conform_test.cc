@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "tests/client/test_support.h"
+#include "tests/support/bound_port.h"
+#include "tests/support/child.h"
+#include "tests/support/deadline.h"
 #include "tests/conform/fault_server.h"
 
 namespace tcpstore::conform::test {
