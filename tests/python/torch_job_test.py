@@ -74,19 +74,29 @@ def main():
         c = tcpstore.Client("127.0.0.1", srv.port, timeout=30)
         v = a.version
 
-        # 1. a 4-rank job
-        res = run_ok(v, srv, "job-ok")
-        if skipped(res):
-            print("SKIPPED: torch peer missing", flush=True)
-            return 77
-        for r, (rc, text) in sorted(res.items()):
-            check(rc == 0 and '"sum": 10.0' in text, f"{v} rank {r} of a 4-rank tcpstore:// job "
-                  f"(rc {rc}) {text.strip().splitlines()[-1:] if rc else ''}")
-            if rc:
-                print(text)
-        left = [k for k in c.list_keys() if k.startswith("job-ok/")]
-        check(left == [], f"the finished job released its keys (left: {left[:5]})")
-
+        # 1. a 4-rank job, alone on its own server: count its ADDs
+        log1 = open(log.name + ".job-ok", "w+")
+        with tcpstore.Server(stderr=log1) as srv1:
+            res = run_ok(v, srv1, "job-ok")
+            if skipped(res):
+                print("SKIPPED: torch peer missing", flush=True)
+                return 77
+            for r, (rc, text) in sorted(res.items()):
+                check(rc == 0 and '"sum": 10.0' in text, f"{v} rank {r} of a 4-rank "
+                      f"tcpstore:// job (rc {rc}) {text.strip().splitlines()[-1:] if rc else ''}")
+                if rc:
+                    print(text)
+            c1 = tcpstore.Client("127.0.0.1", srv1.port, timeout=30)
+            left = [k for k in c1.list_keys() if k.startswith("job-ok/")]
+            check(left == [], f"the finished job released its keys (left: {left[:5]})")
+            c1.close()
+        log1.seek(0)
+        adds = re.findall(r"requests total=.* add=(\d+)", log1.read())
+        # Per rank: 1 ADD to join, 1 at exit, 1 per store-based barrier (init_process_group and
+        # new_group): 16. torch's own 1.13 barrier alone would add at least one ADD(0) per rank
+        # and barrier, and one more every 10 ms of waiting.
+        check(adds and int(adds[-1]) <= 16,
+              f"{v} no polling: the job sent {adds[-1] if adds else '?'} ADDs in all (<= 16)")
         # 2. rank 3 missing: every waiting rank fails within the 3 s join deadline, naming it
         t0 = time.monotonic()
         res = Job(v, f"tcpstore://127.0.0.1:{srv.port}/job-missing?join_timeout=3", range(3),
