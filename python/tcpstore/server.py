@@ -35,7 +35,8 @@ def find_server_binary():
         libdir = os.path.dirname(_lib.library_path())
         for cand in (os.path.join(libdir, "tcpstore-server"),
                      os.path.join(libdir, "..", "bin", "tcpstore-server"),
-                     os.path.join(libdir, "..", "..", "..", "bin", "tcpstore-server")):
+                     # <prefix>/lib/python3/dist-packages/tcpstore -> <prefix>/bin
+                     os.path.join(libdir, "..", "..", "..", "..", "bin", "tcpstore-server")):
             if os.access(cand, os.X_OK):
                 return os.path.normpath(cand)
     except OSError:
