@@ -15,6 +15,6 @@ out=$("$HERE/with_torch.sh" "$version" /usr/bin/env PATH="$bin:/usr/local/bin:/u
   exit 1
 }
 echo "$out"
-got=$(grep -c "all_reduce -> $n\$" <<<"$out" || true)
+got=$(grep -oE "all_reduce -> ${n}([^0-9.]|$)" <<<"$out" | wc -l)
 [ "$got" = "$n" ] || { echo "FAIL: $got of $n ranks reported all_reduce -> $n"; exit 1; }
 echo "PASS: $script with torch $version"
