@@ -15,20 +15,19 @@ from urllib.parse import urlparse
 
 import tcpstore.torch as tt
 
+ENDPOINT_ENV = "TCPSTORE_RUN_ENDPOINT"
+
 
 def _env_on_tcpstore(url, timeout=None, **kwargs):
-    endpoint = os.environ[tt_endpoint_env]
+    endpoint = os.environ[ENDPOINT_ENV]
     query = urlparse(url).query
     return tt._tcpstore_rendezvous_handler(
         f"tcpstore://{endpoint}/{tt.job_id_from_env()}" + (f"?{query}" if query else ""),
         timeout=timeout, **kwargs)
 
 
-tt_endpoint_env = "TCPSTORE_RUN_ENDPOINT"
-
-
 def main():
-    if os.environ.get(tt_endpoint_env):
+    if os.environ.get(ENDPOINT_ENV):
         tt._rdzv._rendezvous_handlers["env"] = _env_on_tcpstore
     argv = sys.argv[1:]
     as_module = bool(argv) and argv[0] == "--module"
