@@ -35,8 +35,8 @@ def launch(version, extra, timeout):
     p = subprocess.run([WITH_TORCH, version, "python3", "-m", "tcpstore.run", *extra,
                         "--nnodes", "1", "--nproc_per_node", "4", TRAIN],
                        capture_output=True, text=True, env=env, timeout=timeout)
-    results = [json.loads(l[len("RESULT "):]) for l in p.stdout.splitlines()
-               if l.startswith("RESULT ")]
+    # Workers share the agent's stdout: lines may interleave, so find each JSON object.
+    results = [json.loads(m.group(1)) for m in re.finditer(r"RESULT (\{[^{}]*\})", p.stdout)]
     return p, results, p.stdout + p.stderr
 
 
