@@ -87,6 +87,19 @@ int tcpstore_delete_key(tcpstore_client* c, const char* key, int* deleted);
 int tcpstore_num_keys(tcpstore_client* c, int64_t* out);
 int tcpstore_append(tcpstore_client* c, const char* key, const void* value,
                     size_t value_len);
+/* Sets n keys to n values (one request, no reply, like set). values[i] may
+ * be NULL only when value_lens[i] is 0. */
+int tcpstore_multi_set(tcpstore_client* c, const char* const* keys,
+                       const void* const* values, const size_t* value_lens,
+                       size_t n);
+/* Blocks until all n keys exist (timeout_ms), then copies their values, in
+ * order and back to back, into buf; value_lens[i] receives the length of the
+ * i-th value (value_lens must hold n entries). *len works as for get: on
+ * TCPSTORE_E_BUFFER_TOO_SMALL it is the total size needed. */
+int tcpstore_multi_get(tcpstore_client* c, const char* const* keys, size_t n,
+                       int64_t timeout_ms, void* buf, size_t* len,
+                       size_t* value_lens);
+/* Round trip with a nonce (2.x dialect); TCPSTORE_E_NOT_SUPPORTED in 1.13. */
 int tcpstore_ping(tcpstore_client* c);
 /* Keys as torch users see them, each followed by a NUL, packed into buf;
  * *count receives the number of keys (count may be NULL). */

@@ -256,6 +256,50 @@ int tcpstore_append(tcpstore_client* c, const char* key, const void* value,
   });
 }
 
+int tcpstore_multi_set(tcpstore_client* c, const char* const* keys,
+                       const void* const* values, const size_t* value_lens,
+                       size_t n) {
+  return guarded([&]() -> int {
+    TCPSTORE_CHECK_HANDLE(c);
+    std::vector<std::string> ks;
+    if (!keysOf(keys, n, ks)) return invalid("NULL key");
+    if (n > 0 && (values == nullptr || value_lens == nullptr))
+      return invalid("values or value_lens is NULL");
+    std::vector<std::string> vs;
+    vs.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (values[i] == nullptr && value_lens[i] > 0)
+        return invalid("value is NULL");
+      vs.emplace_back(bytesOf(values[i], value_lens[i]));
+    }
+    return report(c->client.multiSet(ks, vs));
+  });
+}
+
+int tcpstore_multi_get(tcpstore_client* c, const char* const* keys, size_t n,
+                       int64_t timeout_ms, void* buf, size_t* len,
+                       size_t* value_lens) {
+  return guarded([&]() -> int {
+    TCPSTORE_CHECK_HANDLE(c);
+    std::vector<std::string> ks;
+    if (!keysOf(keys, n, ks)) return invalid("NULL key");
+    if (len == nullptr) return invalid("len is NULL");
+    if (n > 0 && value_lens == nullptr) return invalid("value_lens is NULL");
+    // Client::multiGet has no per-call timeout: a copy of the handle (shares
+    // the connections) carries this call's.
+    tcpstore::Client view = c->client;
+    if (auto t = timeoutOf(timeout_ms)) view.setTimeout(*t);
+    auto r = view.multiGet(ks);
+    if (!r) return report(r.error());
+    std::string packed;
+    for (size_t i = 0; i < r->size(); ++i) {
+      packed += (*r)[i];
+      value_lens[i] = (*r)[i].size();
+    }
+    return copyOut(packed, buf, len);
+  });
+}
+
 int tcpstore_ping(tcpstore_client* c) {
   return guarded([&]() -> int {
     TCPSTORE_CHECK_HANDLE(c);

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "store/client/cli_jobs.h"
 #include "tcpstore/client.h"
 
 namespace {
@@ -41,7 +42,20 @@ commands:
                                    (keys: BARRIER /NAME where the server has it,
                                    else counter /NAME and done key /NAME:done)
   wait-for-workers N               count on torch's init/ key, wait for N
-  ping                             round trip (2.x), prints "ok"
+  wait-for-workers N --watch [--job JOB]
+                                   wait until N have joined WITHOUT counting
+                                   this process: torch's init/ counter (read
+                                   every 200 ms), or with --job the job's
+                                   joined counter (a server-side wait on
+                                   JOB/tcpstore/ready); prints "joined K/N"
+  status [JOB]                     a tcpstore:// job's joined/expected, the
+                                   ranks registered and missing (exit 1 if not
+                                   complete); without JOB: torch's init/
+                                   counter and every job found (LIST_KEYS)
+  release JOB                      delete every key of a job that no longer
+                                   runs (frees its job id; 2.x LIST_KEYS)
+  ping                             round trip, prints "ok" (1.13 dialect: a
+                                   CHECK of an absent key; 1.13 has no PING)
   list-keys                        print the keys, one per line (2.x servers
                                    with LIST_KEYS)
 
@@ -208,8 +222,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + i, argv + argc);
 
   static const char* const kCommands[] = {
-      "set",    "get",      "add",     "compare-set",      "wait", "check",
-      "delete", "num-keys", "barrier", "wait-for-workers", "ping", "list-keys"};
+      "set",   "get",       "add",      "compare-set", "wait",
+      "check", "delete",    "num-keys", "barrier",     "wait-for-workers",
+      "ping",  "list-keys", "status",   "release"};
   bool known = false;
   for (const char* c : kCommands) known = known || cmd == c;
   if (!known) usage(fmt::format("unknown command '{}'", cmd));
@@ -221,7 +236,25 @@ int main(int argc, char** argv) {
   if (cmd == "wait" || cmd == "check") needArgs(cmd, args, 1, SIZE_MAX);
   if (cmd == "num-keys" || cmd == "ping" || cmd == "list-keys")
     needArgs(cmd, args, 0, 0);
-  if (cmd == "wait-for-workers") needArgs(cmd, args, 1, 1);
+  bool watch = false;
+  std::string job;
+  if (cmd == "wait-for-workers") {
+    std::vector<std::string> rest;
+    for (std::size_t k = 0; k < args.size(); ++k) {
+      if (args[k] == "--watch") {
+        watch = true;
+      } else if (args[k] == "--job" && k + 1 < args.size()) {
+        job = args[++k];
+      } else {
+        rest.push_back(args[k]);
+      }
+    }
+    if (!job.empty() && !watch) usage("wait-for-workers: --job needs --watch");
+    args = rest;
+    needArgs(cmd, args, 1, 1);
+  }
+  if (cmd == "status") needArgs(cmd, args, 0, 1);
+  if (cmd == "release") needArgs(cmd, args, 1, 1);
   long long number = 0;
   if ((cmd == "add" || cmd == "barrier") && !parseInt(args[1], number)) {
     usage(fmt::format("{}: '{}' is not an integer", cmd, args[1]));
@@ -268,10 +301,32 @@ int main(int argc, char** argv) {
     printLine(std::to_string(*r));
   } else if (cmd == "barrier") {
     if (auto s = c.barrier(args[0], number); !s) fail(s);
+  } else if (cmd == "wait-for-workers" && watch) {
+    if (auto s = tcpstore::cli::watchWorkers(c, opts, job, number, c.timeout());
+        !s) {
+      fail(s);
+    }
   } else if (cmd == "wait-for-workers") {
     if (auto s = c.waitForWorkers(number); !s) fail(s);
+  } else if (cmd == "status") {
+    std::fflush(stdout);
+    int rc = args.empty() ? tcpstore::cli::printServerStatus(c, opts)
+                          : tcpstore::cli::printJobStatus(c, args[0]);
+    std::fflush(stdout);
+    return rc;
+  } else if (cmd == "release") {
+    auto r = tcpstore::cli::releaseJob(c, args[0]);
+    if (!r) fail(r.error());
+    printLine(std::to_string(*r));
   } else if (cmd == "ping") {
-    if (auto s = c.ping(); !s) fail(s);
+    auto s = c.ping();
+    if (s.code() == tcpstore::StatusCode::kNotSupported &&
+        c.dialect() == tcpstore::Dialect::kV113) {
+      // 1.13 has no PING: a harmless round trip (CHECK of a key nobody sets).
+      auto r = c.check({"tcpstore-cli/ping"});
+      s = r ? tcpstore::Status::ok() : r.error();
+    }
+    if (!s) fail(s);
     printLine("ok");
   } else if (cmd == "list-keys") {
     auto r = c.listKeys();
