@@ -6,11 +6,11 @@ set(CPACK_PACKAGE_NAME tcpstore)
 set(CPACK_PACKAGE_VENDOR "tcpstore")
 set(CPACK_PACKAGE_CONTACT "tcpstore maintainers <tcpstore@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "c10d TCPStore server, client and library for PyTorch 1.13 and 2.x")
-set(CPACK_PACKAGE_DESCRIPTION "tcpstore implements the TCPStore key-value protocol that \
-PyTorch's torch.distributed uses to rendezvous: tcpstore-server (libuv, both wire dialects \
-on one port), tcpstore-cli, a C++ and C client library (libtcpstore.so) and the static \
-libraries, headers, CMake package and pkg-config files to build against them.")
-set(CPACK_PACKAGE_HOMEPAGE_URL "https://github.com/tcpstore/tcpstore")
+set(CPACK_PACKAGE_DESCRIPTION "tcpstore implements the TCPStore key-value protocol that\n\
+PyTorch's torch.distributed uses to rendezvous: tcpstore-server (libuv, both\n\
+wire dialects on one port, systemd unit), tcpstore-cli, the C++ and C client\n\
+library libtcpstore.so, and the static libraries, headers, CMake package and\n\
+pkg-config files to build against them.")
 set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)

@@ -147,6 +147,19 @@ run_test() {
   run=$(mktemp -d "$BASE_DIR/run.XXXXXX")
   mkdir -p "$run/upper" "$run/work" "$run/root"
   cp "$deb" "$run/tcpstore.deb"
+  # The unit file is checked on the host (the minimal root has no systemd): its ExecStart is
+  # pointed at the extracted binary so that `systemd-analyze verify` can check it exists.
+  if command -v systemd-analyze >/dev/null; then
+    mkdir "$run/x"
+    dpkg-deb -x "$deb" "$run/x"
+    sed "s|^ExecStart=/usr/bin/|ExecStart=$run/x/usr/bin/|" \
+      "$run/x/usr/lib/systemd/system/tcpstore-server.service" >"$run/tcpstore-server.service"
+    systemd-analyze verify --man=no "$run/tcpstore-server.service" ||
+      { safe_rm "$run"; die "systemd-analyze verify: the unit file has errors"; }
+    log "systemd-analyze verify: tcpstore-server.service is valid"
+  else
+    log "systemd-analyze not found: the unit file is only checked for presence"
+  fi
   # One private mount namespace holds the overlay, proc and dev; they vanish with it.
   # shellcheck disable=SC2016 # expanded by the inner shell
   unshare --mount --propagation private /bin/sh -ec '
