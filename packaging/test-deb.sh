@@ -149,9 +149,9 @@ run_test() {
   cp "$deb" "$run/tcpstore.deb"
   # The unit file is checked on the host (the minimal root has no systemd): its ExecStart is
   # pointed at the extracted binary so that `systemd-analyze verify` can check it exists.
+  mkdir "$run/x"
+  dpkg-deb -x "$deb" "$run/x"
   if command -v systemd-analyze >/dev/null; then
-    mkdir "$run/x"
-    dpkg-deb -x "$deb" "$run/x"
     sed "s|^ExecStart=/usr/bin/|ExecStart=$run/x/usr/bin/|" \
       "$run/x/usr/lib/systemd/system/tcpstore-server.service" >"$run/tcpstore-server.service"
     systemd-analyze verify --man=no "$run/tcpstore-server.service" ||
@@ -159,6 +159,16 @@ run_test() {
     log "systemd-analyze verify: tcpstore-server.service is valid"
   else
     log "systemd-analyze not found: the unit file is only checked for presence"
+  fi
+  # The packaged .pc files resolve to the packaged include and library directories.
+  if command -v pkg-config >/dev/null; then
+    local pcdir inc lib
+    pcdir=$(dirname "$(find "$run/x" -name tcpstore.pc)")
+    inc=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=includedir tcpstore)
+    lib=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir tcpstore-server)
+    [ "$(realpath -m "$inc")" = "$run/x/usr/include" ] && [ -f "$lib/libtcpstore_server.a" ] ||
+      { safe_rm "$run"; die "the packaged .pc files point to $inc and $lib"; }
+    log "pkg-config: the packaged tcpstore.pc and tcpstore-server.pc resolve inside the package"
   fi
   # One private mount namespace holds the overlay, proc and dev; they vanish with it.
   # shellcheck disable=SC2016 # expanded by the inner shell
