@@ -132,7 +132,8 @@ foreach(pc tcpstore tcpstore-server)
     DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT devel)
 endforeach()
 
-# Man pages from the programs' --help (help2man), gzip'ed as Debian ships them.
+# Man pages from the programs' --help (help2man) plus packaging/<program>.h2m (sections the
+# --help text lacks), gzip'ed as Debian ships them.
 find_program(TCPSTORE_HELP2MAN help2man)
 if(TCPSTORE_HELP2MAN)
   set(_tcpstore_man_name_tcpstore-server "c10d TCPStore server for PyTorch 1.13 and 2.x")
@@ -145,9 +146,10 @@ if(TCPSTORE_HELP2MAN)
       COMMAND ${TCPSTORE_HELP2MAN} --no-info --no-discard-stderr
               --version-string=${PROJECT_VERSION} --section=1
               "--name=${_tcpstore_man_name_${prog}}"
+              --include=${PROJECT_SOURCE_DIR}/packaging/${prog}.h2m
               --output=${PROJECT_BINARY_DIR}/man/${prog}.1 $<TARGET_FILE:${prog}>
       COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/man/${prog}.1
-      DEPENDS ${prog}
+      DEPENDS ${prog} ${PROJECT_SOURCE_DIR}/packaging/${prog}.h2m
       COMMENT "help2man: ${prog}.1"
       VERBATIM)
     list(APPEND _tcpstore_man_pages ${_page})
