@@ -166,8 +166,10 @@ run_test() {
     pcdir=$(dirname "$(find "$run/x" -name tcpstore.pc)")
     inc=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=includedir tcpstore)
     lib=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir tcpstore-server)
-    [ "$(realpath -m "$inc")" = "$run/x/usr/include" ] && [ -f "$lib/libtcpstore_server.a" ] ||
-      { safe_rm "$run"; die "the packaged .pc files point to $inc and $lib"; }
+    if [ "$(realpath -m "$inc")" != "$run/x/usr/include" ] || [ ! -f "$lib/libtcpstore_server.a" ]; then
+      safe_rm "$run"
+      die "the packaged .pc files point to $inc and $lib"
+    fi
     log "pkg-config: the packaged tcpstore.pc and tcpstore-server.pc resolve inside the package"
   fi
   # One private mount namespace holds the overlay, proc and dev; they vanish with it.

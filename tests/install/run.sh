@@ -20,7 +20,7 @@ extra=$(cd "$prefix/include" && find . -type f ! -path './tcpstore/*.h')
 [ -z "$extra" ] || { echo "FAIL: unexpected files under include/: $extra"; exit 1; }
 # Consumers' include path is the installed include/ and nothing else (no source or build tree).
 bad=$(grep -h "INTERFACE_INCLUDE_DIRECTORIES" "$prefix/$libdir/cmake/tcpstore/"tcpstoreTargets*.cmake |
-  grep -v '"\${_IMPORT_PREFIX}/include"' || true)
+  grep -vF "\"\${_IMPORT_PREFIX}/include\"" || true)
 [ -z "$bad" ] || { echo "FAIL: exported include directories other than include/: $bad"; exit 1; }
 ! grep -rqF "$build" "$prefix/$libdir/cmake" "$prefix/$libdir/pkgconfig" ||
   { echo "FAIL: installed CMake/pkg-config files name the build tree $build"; exit 1; }

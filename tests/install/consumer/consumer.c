@@ -1,5 +1,6 @@
-/* A C program built against the installed libtcpstore.so: set/get/add/ping through the C
- * API against the server at argv[1]:argv[2]. Exit 0 on success. */
+/* A C program built against the installed libtcpstore.so: set/get/add/ping
+ * through the C API against the server at argv[1]:argv[2]. Exit 0 on success.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +30,16 @@ int main(int argc, char** argv) {
   rc = tcpstore_connect(argv[1], (uint16_t)atoi(argv[2]), &opts, &c);
   if (rc != TCPSTORE_OK) return fail("connect", rc);
   if ((rc = tcpstore_ping(c)) != TCPSTORE_OK) return fail("ping", rc);
-  if ((rc = tcpstore_set(c, "k", "from C", 6)) != TCPSTORE_OK) return fail("set", rc);
-  if ((rc = tcpstore_get(c, "k", -1, buf, &len)) != TCPSTORE_OK) return fail("get", rc);
-  if ((rc = tcpstore_add(c, "n", 7, &sum)) != TCPSTORE_OK) return fail("add", rc);
+  if ((rc = tcpstore_set(c, "k", "from C", 6)) != TCPSTORE_OK)
+    return fail("set", rc);
+  if ((rc = tcpstore_get(c, "k", -1, buf, &len)) != TCPSTORE_OK)
+    return fail("get", rc);
+  if ((rc = tcpstore_add(c, "n", 7, &sum)) != TCPSTORE_OK)
+    return fail("add", rc);
   tcpstore_close(c);
   if (len != 6 || memcmp(buf, "from C", 6) != 0 || sum < 7) {
-    fprintf(stderr, "consumer_c: got %zu bytes and %lld\n", len, (long long)sum);
+    fprintf(stderr, "consumer_c: got %zu bytes and %lld\n", len,
+            (long long)sum);
     return 1;
   }
   printf("consumer_c: ok\n");

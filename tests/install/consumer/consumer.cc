@@ -1,5 +1,6 @@
-// A program built against the installed tcpstore: starts an embedded server on a free
-// loopback port, does a set/get/add through a client, stops the server. Exit 0 on success.
+// A program built against the installed tcpstore: starts an embedded server on
+// a free loopback port, does a set/get/add through a client, stops the server.
+// Exit 0 on success.
 #include <tcpstore/client.h>
 #include <tcpstore/server.h>
 
@@ -9,7 +10,8 @@
 namespace {
 
 int fail(const char* what, const tcpstore::Status& status) {
-  std::fprintf(stderr, "consumer_cxx: %s: %s\n", what, status.message().c_str());
+  std::fprintf(stderr, "consumer_cxx: %s: %s\n", what,
+               status.message().c_str());
   return 1;
 }
 
@@ -44,7 +46,8 @@ int main() {
     }
   }
   if (auto s = (*server)->stop(); !s) return fail("Server::stop", s);
-  if (rc == 0) std::printf("consumer_cxx: ok (embedded server on port %u)\n",
-                           static_cast<unsigned>((*server)->port()));
+  if (rc == 0)
+    std::printf("consumer_cxx: ok (embedded server on port %u)\n",
+                static_cast<unsigned>((*server)->port()));
   return rc;
 }
