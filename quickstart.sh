@@ -6,6 +6,8 @@
 #
 # Both are idempotent: a second run skips installed packages, reuses the build
 # directory and the cached torch chroots, and takes seconds before the real work.
+# stdout carries only what the program prints (for the server, its "listening on" line);
+# package installation and build output go to stderr. ccache is used if it is installed.
 # Environment: BUILD_DIR (default ./build), JOBS (default nproc),
 # TCPSTORE_SKIP_INTEROP=1 to skip the torch interop tests (they are run by default).
 set -euo pipefail
@@ -15,7 +17,7 @@ build=${BUILD_DIR:-$here/build}
 jobs=${JOBS:-$(nproc)}
 
 build_pkgs=(build-essential cmake ninja-build pkg-config libuv1-dev libfmt-dev doctest-dev
-  libbenchmark-dev nlohmann-json3-dev)
+  libbenchmark-dev nlohmann-json3-dev help2man)
 test_pkgs=(python3-torch debootstrap python3-matplotlib)
 
 log() { printf '[quickstart] %s\n' "$*" >&2; }
@@ -30,15 +32,20 @@ ensure_pkgs() {
   log "installing: ${missing[*]}"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  $sudo apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 }
 
 # Build output goes to stderr: stdout carries only what the program prints
 # (for the server, its one "listening on HOST:PORT" line).
+# Configures only if needed or if cmake arguments are given ($@), then builds.
 configure_and_build() {
-  if [ ! -f "$build/build.ninja" ]; then
-    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >&2
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  if [ ! -f "$build/build.ninja" ] || [ $# -gt 0 ]; then
+    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >&2
   fi
   cmake --build "$build" -j "$jobs" >&2
 }
@@ -60,12 +67,12 @@ case "$cmd" in
     else
       log "TCPSTORE_SKIP_INTEROP=1: torch interop tests will be reported as SKIPPED"
     fi
-    configure_and_build
+    configure_and_build -DTCPSTORE_WERROR=ON
     cd "$build"
     exec ctest --output-on-failure -j "$jobs" "$@"
     ;;
   *)
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
