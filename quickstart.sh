@@ -16,9 +16,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${BUILD_DIR:-$here/build}
 jobs=${JOBS:-$(nproc)}
 
+# The etcd gateway (store/etcd) needs gRPC/protobuf and etcd's API definitions, which Debian
+# ships in its golang-* source packages; the keyspace's keyed hash is libsodium's SipHash.
 build_pkgs=(build-essential cmake ninja-build pkg-config libuv1-dev libfmt-dev doctest-dev
-  libbenchmark-dev nlohmann-json3-dev help2man)
-test_pkgs=(python3-torch debootstrap python3-matplotlib)
+  libbenchmark-dev nlohmann-json3-dev help2man libsodium-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  golang-etcd-server-dev golang-github-gogo-protobuf-dev golang-github-gogo-googleapis-dev)
+test_pkgs=(python3-torch debootstrap python3-matplotlib etcd-server)
 
 log() { printf '[quickstart] %s\n' "$*" >&2; }
 

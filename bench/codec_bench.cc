@@ -2,7 +2,7 @@
 // both dialects (requests/s and MB/s counters).
 //
 // The mix is what a rendezvous plus a little training-time traffic puts on the
-// wire (protocol.md §5.5, §6.2, §6.3): per 16 requests
+// wire (docs/protocol.md §5.5, §6.2, §6.3): per 16 requests
 //   4 ADD  "/default_pg/store_based_barrier_key:1" +0/+1   (barrier polling)
 //   1 ADD  "init/" +1                                      (wait_for_workers)
 //   3 SET  "/default_pg/0//cpu//0/<rank>" -> 170-byte value  (gloo address)

@@ -1,5 +1,5 @@
 // rendezvous: N ranks join and pass a store-based barrier, as torch's
-// init_process_group does (protocol.md §5.5, §6.3).
+// init_process_group does (docs/protocol.md §5.5, §6.3).
 //
 // Per rank: connect (2.x: VALIDATE + PING), ADD init/ +1; rank 0 (the store
 // owner) then polls WAIT+GET init/ every 10 ms until N joined; 1.13 ranks open

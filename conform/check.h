@@ -54,7 +54,7 @@ struct Observed {
 struct Check {
   const char* id;
   const char* title;
-  const char* ref;  // protocol.md section, e.g. "§3.5"
+  const char* ref;  // docs/protocol.md section, e.g. "§3.5"
   Group group;
   Speaks speaks;
   Expect expect;

@@ -19,7 +19,7 @@ struct Vector {
   std::vector<std::string> verified_against;  // torch versions, or "derived"
 };
 
-// `number` is the row number of protocol.md §9.1 (1-based) in the
+// `number` is the row number of docs/protocol.md §9.1 (1-based) in the
 // request/reply table, or in the "closes" table for closeVector. Throws
 // CheckFailure if there is no such row.
 const Vector& replyVector(protocol::Dialect d, int number);

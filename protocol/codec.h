@@ -95,7 +95,7 @@ DecodeResult decodeRequestResumable(std::string_view in, Dialect dialect,
 DecodeResult decodeRequest(std::string_view in, Dialect dialect,
                            const Limits& limits, Request& out);
 
-// protocol.md §8.1 on the first bytes of a connection: 2.x iff they begin with
+// docs/protocol.md §8.1 on the first bytes of a connection: 2.x iff they begin with
 // 00 ce f7 85 3c. Returns nullopt while that cannot be decided yet (no bytes,
 // or fewer than 5 that are still a prefix of the VALIDATE request).
 std::optional<Dialect> detectDialect(std::string_view first_bytes) noexcept;

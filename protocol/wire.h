@@ -1,6 +1,6 @@
 // The c10d TCPStore wire vocabulary: dialects, command codes, reply codes.
 //
-// Grammar (both dialects; integers little-endian, see protocol.md §1):
+// Grammar (both dialects; integers little-endian, see docs/protocol.md §1):
 // clang-format off
 //   str     := u64 n, n bytes
 //   keys    := u64 count, count * str
@@ -44,7 +44,7 @@
 namespace tcpstore::protocol {
 
 enum class Dialect : std::uint8_t {
-  kV113 = 0,  // PyTorch 1.13 (protocol.md Dialect A)
+  kV113 = 0,  // PyTorch 1.13 (docs/protocol.md Dialect A)
   kV2 = 1,    // PyTorch 2.x (Dialect B)
 };
 std::string_view dialectName(Dialect d) noexcept;  // "1.13" / "2.x"

@@ -1,5 +1,5 @@
 // The store's state machine: command semantics. See keyspace.h for the
-// contract and protocol.md §3 / §4 for the semantics reproduced here.
+// contract and docs/protocol.md §3 / §4 for the semantics reproduced here.
 //
 // Data structures (store/keyspace/):
 //  - Keys/values: a KeyTable<std::string> (table.h), one heap block per key

@@ -39,7 +39,7 @@ struct KeyspaceOptions {
   std::uint64_t max_reply_bytes = UINT64_MAX;
 };
 
-// PyTorch's semantics (protocol.md §3, §4), with these deliberate choices
+// PyTorch's semantics (docs/protocol.md §3, §4), with these deliberate choices
 // where PyTorch is buggy or silent:
 //  - WAIT registers one wait that counts its distinct missing keys, and
 //    replaces (silently drops) any plain wait the connection still had

@@ -348,7 +348,7 @@ def mode_init_pg(server, versions, ranks, init_barrier):
         T.check(all(oks), f"init_process_group x{ranks} on torch {version}", "some rank failed")
     for version, _ in jobs:
         # Rank 0 wrote `from_rank0` through _get_default_store(); where it lands on the server
-        # shows the rendezvous prefixes (protocol.md 6.4: 1.13 agent-store clients add
+        # shows the rendezvous prefixes (docs/protocol.md 6.4: 1.13 agent-store clients add
         # /worker/attempt_<restart count>, 2.x do not). Observed on real torch: 1.13's default
         # store is the `default_pg` PrefixStore, 2.x's is the default group's `0/` store below it.
         if version == "1.13":
@@ -357,7 +357,7 @@ def mode_init_pg(server, versions, ranks, init_barrier):
             key = "default_pg/0//from_rank0"
         Peer(version, "waiter", server.port, "--key", key, "--value", "hello",
              name=f"{version} reads {key}").finish(90)
-        # The store-based barrier of init_process_group ran on our server (protocol.md 6.3):
+        # The store-based barrier of init_process_group ran on our server (docs/protocol.md 6.3):
         # 1.13 always (counter key, value = world size); 2.x only with TORCH_DIST_INIT_BARRIER=1
         # (the last rank sets <key>:last_worker = 1).
         if version == "1.13":

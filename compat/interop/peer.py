@@ -298,7 +298,7 @@ def cmd_api(args):
     c.run("wait_two_missing_keys", wait_two_missing_keys)
 
     def wait_timeout_raises():
-        # A fresh client: on 1.13 a timed-out wait leaves a stale registration (protocol.md 4.3).
+        # A fresh client: on 1.13 a timed-out wait leaves a stale registration (docs/protocol.md 4.3).
         w = client(host, port, timeout=30)
         expect_raises(lambda: w.wait([K + "never"], td(0.5)), is_timeout_error, "wait with timeout")
         if not V113:

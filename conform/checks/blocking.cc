@@ -1,5 +1,5 @@
 // blocking: a WAIT on one connection released by writes on another
-// (protocol.md §4.1 table), cancellation (§3.15), a waiter that disconnects
+// (docs/protocol.md §4.1 table), cancellation (§3.15), a waiter that disconnects
 // (§4.2), and a second WAIT after a client-side timeout (§4.3).
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// extensions: the 2.x commands that not every server has (protocol.md §2.1):
+// extensions: the 2.x commands that not every server has (docs/protocol.md §2.1):
 // PING (2.x since 2024), QUEUE_* (libuv only), LIST_KEYS and BARRIER (2.14).
 // A server that closes the connection on the command does not support it;
 // that is reported, and is a failure only for a profile that requires it.

@@ -1,5 +1,5 @@
 // isolation: one connection's bad behaviour costs nobody else anything
-// (protocol.md §7): a partial message delays no other client, garbage
+// (docs/protocol.md §7): a partial message delays no other client, garbage
 // closes only its own connection, and length limits are enforced as soon as
 // the length arrives, before anything is allocated for it.
 //

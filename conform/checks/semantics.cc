@@ -1,4 +1,4 @@
-// semantics: what each command does to the key space (protocol.md §3, §4):
+// semantics: what each command does to the key space (docs/protocol.md §3, §4):
 // ADD parsing and overflow, the COMPARE_SET cases, WAIT and CANCEL_WAIT,
 // DELETE_KEY with waiters, GETNUMKEYS counting, CHECK of queues, MULTI_GET of
 // a missing key, APPEND.

@@ -1,5 +1,5 @@
 // wire: every command and reply byte for byte against the vectors captured
-// from real torch 1.13, 2.6 and 2.14 (protocol.md §9.1), in both dialects,
+// from real torch 1.13, 2.6 and 2.14 (docs/protocol.md §9.1), in both dialects,
 // plus dialect detection (§8.1) and the inputs after which servers close.
 #include <fmt/format.h>
 

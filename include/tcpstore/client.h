@@ -44,7 +44,7 @@
 // ClientOptions::connect_timeout for (re)connecting. All waiting is poll() on
 // the socket against a steady_clock deadline; nothing polls the server.
 //
-// Timed-out waits. The server does not know client deadlines (protocol.md
+// Timed-out waits. The server does not know client deadlines (docs/protocol.md
 // §4.3). In the 2.x dialect the client sends CANCEL_WAIT and absorbs the
 // `01`, so the connection stays usable; `00 01` means the wait completed in
 // the race, and the call then returns OK. The 1.13 dialect has no cancel: the
@@ -91,7 +91,7 @@ namespace client_detail {
 class Shared;
 }  // namespace client_detail
 
-// Wire dialect spoken by the server (protocol.md: Dialect A / B).
+// Wire dialect spoken by the server (docs/protocol.md: Dialect A / B).
 enum class Dialect : std::uint8_t {
   // PyTorch 1.13 servers.
   kV113 = 0,
@@ -184,7 +184,7 @@ class Client {
   // A value that is not an integer: the server closes the connection,
   // kClosed.
   Result<std::int64_t> add(std::string_view key, std::int64_t delta) const;
-  // torch semantics (protocol.md §3.6): stores `desired` if the key holds
+  // torch semantics (docs/protocol.md §3.6): stores `desired` if the key holds
   // `expected` (or is missing and `expected` is empty), and returns the value
   // now stored; if the key is missing and `expected` is non-empty, returns
   // `expected` and stores nothing.

@@ -33,7 +33,8 @@ commands:
   set KEY VALUE                    store VALUE at KEY
   get KEY                          wait until KEY exists, print its value
   add KEY N                        add N (may be negative), print the new value
-  compare-set KEY EXPECTED DESIRED print the resulting value
+  compare-set KEY EXPECTED DESIRED
+                                   print the resulting value
   wait KEY...                      wait until all KEYs exist
   check KEY...                     exit 0 if all KEYs exist, 1 if not
   delete KEY                       print 1 if KEY existed, else 0

@@ -1,6 +1,6 @@
 // Optional server commands, learnt on first use and remembered per endpoint.
 //
-// torch's servers differ in which 2.x commands they implement (protocol.md
+// torch's servers differ in which 2.x commands they implement (docs/protocol.md
 // §2): the classic servers lack the queues, torch 2.6 lacks LIST_KEYS and
 // BARRIER. A server that does not know a command byte closes the connection.
 // So a command whose support is unknown is simply sent; if the connection is

@@ -113,7 +113,7 @@ TEST_CASE("every operation against our server (2.x)") {
   CHECK(*a == -2);
   CHECK(rawGet(*server, "/n") == "-2");
 
-  // compare_set, the four rows of protocol.md §3.6.
+  // compare_set, the four rows of docs/protocol.md §3.6.
   auto cs = c.compareSet("cs", "", "first");  // missing, expected empty: stores
   REQUIRE(cs.has_value());
   CHECK(*cs == "first");

@@ -81,7 +81,7 @@ TEST_CASE("ADD on missing and existing keys stores decimal text") {
   CHECK(h.run(1, get("/cnt")) == expect({{1, str("3")}}));
 }
 
-TEST_CASE("ADD parses stored values like std::stoll (protocol.md 3.5)") {
+TEST_CASE("ADD parses stored values like std::stoll (docs/protocol.md 3.5)") {
   struct Row {
     const char* stored;
     std::int64_t delta;

@@ -167,7 +167,7 @@ TEST_CASE(
 
 // Decodes a connection's reply stream with the shapes of its requests. A
 // WAIT immediately followed by CANCEL_WAIT may have no reply of its own (the
-// cancel's 01 comes first): protocol.md §3.15.
+// cancel's 01 comes first): docs/protocol.md §3.15.
 void replayReplies(const std::string& rel) {
   CAPTURE(rel);
   const auto conns = loadCapture(rel);

@@ -1,6 +1,6 @@
 // Hostile input, one test per attack: absurd lengths and counts, unknown
 // command bytes, truncation, handshake abuse, oversized requests, and the
-// dialect detection rule of protocol.md §8.1.
+// dialect detection rule of docs/protocol.md §8.1.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -414,7 +414,7 @@ TEST_CASE(
   CHECK(allocated <= 8 * sizeof(std::string_view) * 2);
 }
 
-TEST_CASE("hostile: dialect detection (protocol.md §8.1)") {
+TEST_CASE("hostile: dialect detection (docs/protocol.md §8.1)") {
   const std::string magic("\x00\xce\xf7\x85\x3c", 5);
   // Every strict prefix of VALIDATE stays undecided.
   for (std::size_t k = 0; k < magic.size(); ++k) {

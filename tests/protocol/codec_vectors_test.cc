@@ -1,4 +1,4 @@
-// The vectors and closes of tests/data/tcpstore_vectors.json (protocol.md
+// The vectors and closes of tests/data/tcpstore_vectors.json (docs/protocol.md
 // §9.1), read from the file: nothing is retyped here except, for the closes,
 // which named error (or which documented exception) each entry gets.
 #include <doctest/doctest.h>
@@ -18,7 +18,7 @@ using test::describe;
 using test::toHex;
 
 // The one vector whose reply is incomplete by design: the classic server
-// sent the value of /mg1 and then closed at the missing key (protocol.md
+// sent the value of /mg1 and then closed at the missing key (docs/protocol.md
 // §3.13). Checked in its own test case below.
 constexpr std::string_view kPartialMultiGetOp =
     "MULTI_GET [/mg1, /missing] (raw; missing key last)";
@@ -126,7 +126,7 @@ TEST_CASE(
 
 // ---- closes ----------------------------------------------------------------
 
-// What our decoder does with each close entry, by protocol.md §9.1 number.
+// What our decoder does with each close entry, by docs/protocol.md §9.1 number.
 enum class Outcome {
   kRejected,    // a named decode error (the code given)
   kUnderstood,  // a command our server implements although that server closed
@@ -375,7 +375,7 @@ TEST_CASE(
   expectUnderstood(8, Command::kBarrier, args);
 }
 
-// (a) 2.x closes C1-C4 and 1.13 C6 under dialect detection (protocol.md §8.1):
+// (a) 2.x closes C1-C4 and 1.13 C6 under dialect detection (docs/protocol.md §8.1):
 // one port serves both dialects, so bytes that a 2.x server closes for not
 // starting with VALIDATE are a 1.13 connection to us, and a 2.x handshake that
 // a 1.13 server closes is a 2.x connection.

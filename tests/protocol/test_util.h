@@ -93,7 +93,7 @@ inline std::vector<Vector> loadVectors(Dialect d) {
 
 struct Close {
   Dialect dialect;
-  std::size_t number;  // 1-based, as "C<n>" in protocol.md §9.1
+  std::size_t number;  // 1-based, as "C<n>" in docs/protocol.md §9.1
   std::string op;
   std::string request;
   bool after_handshake;

@@ -26,7 +26,7 @@
 
 namespace tcpstore::test {
 
-// ---- wire building blocks (little-endian, protocol.md §1.2) ---------------
+// ---- wire building blocks (little-endian, docs/protocol.md §1.2) ---------------
 inline std::string u32le(std::uint32_t v) {
   std::string s(4, '\0');
   for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);

@@ -291,7 +291,7 @@ bool deliberateDifference(const std::string& dialect, const std::string& op) {
   if (dialect == "1.13")
     return op.rfind("2.x handshake", 0) == 0;  // we serve 2.x too
   // A first request that is not VALIDATE makes the connection 1.13 here
-  // (protocol.md §8.1): those bytes are a 1.13 conversation, not an error.
+  // (docs/protocol.md §8.1): those bytes are a 1.13 conversation, not an error.
   return op.rfind("first request not VALIDATE", 0) == 0 ||
          op.rfind("VALIDATE with a wrong magic", 0) == 0 ||
          op.rfind("QUEUE_PUSH code", 0) == 0 ||  // queues implemented (libuv)
@@ -303,7 +303,7 @@ void runCloses(const std::string& dialect) {
   Json v = loadVectors()["dialects"][dialect];
   auto server = startServer();
   const bool v2x = dialect == "2.x";
-  // Values the bad requests refer to (protocol.md §9.1 "closes" tables).
+  // Values the bad requests refer to (docs/protocol.md §9.1 "closes" tables).
   RawConn setup = RawConn::connect(server->port());
   REQUIRE(setup.ok());
   if (v2x) REQUIRE(setup.handshake());
