@@ -34,6 +34,13 @@ struct ServerLimits {
   // replies then make no progress for this long is dropped (0: never).
   // PyTorch clients never get paused: they read every reply.
   std::uint64_t stalled_reader_ms = 30000;
+  // A connection holding part of a request (bytes that do not yet make a
+  // whole request) that receives no further byte for this long is closed
+  // (0: never). A connection with nothing buffered is never closed for being
+  // idle (PyTorch clients hold idle connections for hours), nor is one that
+  // waits for its own replies to be read. Also bounds how long a connection
+  // closed for a protocol error lingers to deliver the replies it was owed.
+  std::uint64_t partial_request_ms = 60000;
 };
 
 struct ServerOptions {
@@ -77,6 +84,8 @@ struct ServerCounters {
   std::uint64_t rejected_semantic = 0;
   // Output cap exceeded, or a large notification past the total budget.
   std::uint64_t rejected_slow_reader = 0;
+  // A partial request that made no progress for partial_request_ms.
+  std::uint64_t rejected_partial_timeout = 0;
   // EMFILE/ENFILE and other accept failures.
   std::uint64_t accept_errors = 0;
   // Accepted and closed at once while out of fds.

@@ -85,6 +85,7 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread == 0) return;
   auto n = static_cast<std::size_t>(nread);
   bump(set_.ctr_.bytes_in, n);
+  last_read_ms_ = set_.now();
   if (buf->base == set_.scratch_.get()) {
     if (in_.empty()) {
       // Decode straight from the scratch buffer; keep only the rest.
@@ -115,7 +116,7 @@ void Connection::handleEof() {
   }
   DecodeResult r = stream_.finish(std::string_view(in_.data(), in_.size()));
   if (r.failed()) {
-    reject(set_.ctr_.rejected_protocol, r.error.message());
+    fail(set_.ctr_.rejected_protocol, r.error.message());
     return;
   }
   set_.log_.log(LogLevel::kDebug, fmt::format("connection {} from {} closed "
@@ -142,7 +143,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{draining_};
-  while (!paused_ && !pending_ && !closing_ && len - off >= need_) {
+  while (!paused_ && !pending_ && !closing_ && !failed_ && len - off >= need_) {
     DecodeResult r = stream_.next(std::string_view(data + off, len - off), req);
     if (!dialect_noted_) noteDialect();
     if (r.kind == DecodeResult::kNeedMore) {
@@ -150,7 +151,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
       break;
     }
     if (r.kind == DecodeResult::kError) {
-      reject(set_.ctr_.forDecodeError(r.error.code), r.error.message());
+      fail(set_.ctr_.forDecodeError(r.error.code), r.error.message());
       return off;
     }
     need_ = 1;
@@ -171,12 +172,12 @@ void Connection::noteDialect() noexcept {
 void Connection::resume() {
   if (closing_ || draining_) return;
   // Stopping: requests not yet decoded are not started.
-  if (!paused_ && !pending_ && !set_.stopping_ && !in_.empty()) {
+  if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
     drainBuffered();
     if (closing_) return;
     in_.trim();
   }
-  if (eof_ && !paused_ && !pending_ && !set_.stopping_) {
+  if (eof_ && !paused_ && !pending_ && !set_.stopping_ && !failed_) {
     eof_ = false;
     handleEof();
     return;
@@ -322,17 +323,36 @@ void Connection::afterOutputDrained() noexcept {
 
 // ---- Connection: close -----------------------------------------------------
 
+void Connection::logClosing(std::string_view reason) noexcept {
+  if (!set_.log_.enabled(LogLevel::kWarn)) return;
+  try {
+    set_.logRejection(fmt::format("closing connection from {} ({}): {}",
+                                  peerName(), dialectName(), reason));
+  } catch (...) {
+  }
+}
+
 void Connection::reject(Counter& counter, std::string_view reason) noexcept {
   if (closing_) return;
   bump(counter);
-  if (set_.log_.enabled(LogLevel::kWarn)) {
-    try {
-      set_.logRejection(fmt::format("closing connection from {} ({}): {}",
-                                    peerName(), dialectName(), reason));
-    } catch (...) {
-    }
-  }
+  logClosing(reason);
   close();
+}
+
+void Connection::fail(Counter& counter, std::string_view reason) noexcept {
+  if (closing_ || failed_) return;
+  if (outbox_.size() == 0 || set_.stopping_) {
+    reject(counter, reason);
+    return;
+  }
+  bump(counter);
+  logClosing(reason);
+  // Like a half-close: nothing more is read or decoded; the check phase
+  // flushes the outbox (it is listed) and afterOutputDrained() closes.
+  failed_ = true;
+  close_after_flush_ = true;
+  failed_ms_ = set_.now();
+  updateReading();
 }
 
 void Connection::close() noexcept {

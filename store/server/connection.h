@@ -81,6 +81,12 @@ class Connection {
   // Counts `counter`, logs "closing connection from P (dialect): reason"
   // (rate-limited) and closes. No-op if closing.
   void reject(Counter& counter, std::string_view reason) noexcept;
+  // An error in this connection's requests (bad bytes, a refused request):
+  // counts `counter`, logs like reject(), stops reading and decoding, and
+  // closes once the replies owed for its earlier requests are written (at
+  // once if there are none; after partial_request_ms at most if the peer
+  // does not read them). No-op if closing.
+  void fail(Counter& counter, std::string_view reason) noexcept;
   // Closes now: unsent output is dropped. Idempotent.
   void close() noexcept;
 
@@ -107,6 +113,12 @@ class Connection {
   void stopForShutdown() noexcept;
   void updateReading() noexcept;
   bool wantsToRead() const noexcept;
+  // Holds part of a request and waits for more of it from the peer.
+  bool holdsPartialRequest() const noexcept {
+    return !in_.empty() && !pending_ && !paused_ && !eof_ &&
+           !close_after_flush_ && !closing_;
+  }
+  void logClosing(std::string_view reason) noexcept;
   uv_stream_t* stream() noexcept {
     return reinterpret_cast<uv_stream_t*>(&tcp_);
   }
@@ -120,6 +132,8 @@ class Connection {
   Outbox outbox_;
   sockaddr_storage peer_{};
   StallClock stall_;
+  std::uint64_t last_read_ms_ = 0;  // loop time of the last byte read
+  std::uint64_t failed_ms_ = 0;     // loop time of fail() (if failed_)
   bool reading_ = false;
   bool paused_ = false;   // output over the cap: no reading, no decoding
   bool pending_ = false;  // a request awaits the backend: no decoding
@@ -128,6 +142,7 @@ class Connection {
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;
   bool dialect_noted_ = false;
+  bool failed_ = false;    // fail(): closes once the owed replies are out
   bool draining_ = false;  // inside drain(): resume() must not re-enter
 };
 

@@ -38,6 +38,11 @@ Status Connections::open(LoopHandles& handles) {
   auto log = handles.addTimer(this);
   if (!log) return log.error();
   log_timer_ = *log;
+  auto sweep = handles.addTimer(this);
+  if (!sweep) return sweep.error();
+  sweep_timer_ = *sweep;
+  const std::uint64_t every = partialSweepEveryMs(partial_ms_);
+  uv_timer_start(sweep_timer_, &Connections::onSweepTimer, every, every);
   return Status::ok();
 }
 
@@ -119,6 +124,44 @@ void Connections::onStallTimer(uv_timer_t* timer) noexcept {
   }
   s->paused_ids_.resize(kept);
   if (kept == 0) uv_timer_stop(s->stall_timer_);
+}
+
+// Every connection is looked at (a few ns each, at most a few times a
+// second): a partial request without progress is closed, and so is a
+// failed connection whose peer does not take the replies it was owed.
+void Connections::onSweepTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Connections*>(timer->data);
+  if (s->stopping_) return;
+  const std::uint64_t now = s->now();
+  const std::uint64_t linger = s->partial_ms_ > 0 ? s->partial_ms_ : 60000;
+  s->sweep_ids_.clear();
+  try {
+    for (auto& [id, c] : s->by_id_) {
+      if (c->closing_) continue;
+      if ((c->failed_ && now - c->failed_ms_ >= linger) ||
+          (s->partial_ms_ > 0 && c->holdsPartialRequest() &&
+           now - c->last_read_ms_ >= s->partial_ms_)) {
+        s->sweep_ids_.push_back(id);
+      }
+    }
+  } catch (...) {  // no memory for the list: the next sweep tries again
+  }
+  for (ConnId id : s->sweep_ids_) {
+    Connection* c = s->find(id);
+    if (c == nullptr || c->closing_) continue;
+    if (c->failed_) {
+      c->close();  // counted and logged when it failed
+      continue;
+    }
+    std::string why;
+    try {
+      why = fmt::format(
+          "partial request: {} bytes buffered and no progress for {} ms",
+          c->in_.size(), now - c->last_read_ms_);
+    } catch (...) {
+    }
+    c->reject(s->ctr_.rejected_partial_timeout, why);
+  }
 }
 
 void Connections::logRejection(std::string_view line) noexcept {

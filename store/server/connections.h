@@ -37,6 +37,10 @@ class Connections {
 
   // Adds this set's loop handles (flush check, stall and log timers).
   Status open(LoopHandles& handles);
+  // Closes connections holding a partial request that got no byte for `ms`
+  // (0: never), and connections that failed but whose owed replies are not
+  // read within `ms` (60 s if 0). Call before open().
+  void setPartialRequestMs(std::uint64_t ms) noexcept { partial_ms_ = ms; }
   void setHandler(RequestHandler& handler) noexcept { handler_ = &handler; }
   // Called once the last connection has closed after beginStop().
   void setOnDrained(void (*fn)(void*) noexcept, void* arg) noexcept {
@@ -74,6 +78,7 @@ class Connections {
   static void onIdle(uv_idle_t*) noexcept {}
   static void onStallTimer(uv_timer_t* timer) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
+  static void onSweepTimer(uv_timer_t* timer) noexcept;
   void paused(Connection& c);
   void closed(Connection& c) noexcept;
   std::uint64_t now() const noexcept { return uv_now(loop_); }
@@ -97,6 +102,9 @@ class Connections {
   uv_timer_t* stall_timer_ = nullptr;
   RateLimitedLog rejections_;
   uv_timer_t* log_timer_ = nullptr;
+  std::uint64_t partial_ms_ = 0;
+  uv_timer_t* sweep_timer_ = nullptr;  // partial requests, lingering fails
+  std::vector<ConnId> sweep_ids_;      // scratch of onSweepTimer
   // The request being decoded (views into a connection's bytes).
   protocol::Request req_;
   bool stopping_ = false;

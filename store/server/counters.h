@@ -30,6 +30,7 @@ struct Counters {
   Counter rejected_limit{0};
   Counter rejected_semantic{0};
   Counter rejected_slow_reader{0};
+  Counter rejected_partial_timeout{0};
   Counter accept_errors{0};
   Counter connections_shed{0};
   Counter bytes_in{0};

@@ -100,7 +100,7 @@ void Dispatcher::route(const Effects& fx, Connection* self) {
 }
 
 void Dispatcher::rejectRequest(Connection& c, Command cmd, const Status& st) {
-  c.reject(
+  c.fail(
       ctr_.forRejectedRequest(st),
       fmt::format("{} rejected: {}", protocol::commandName(cmd), st.message()));
 }

@@ -57,6 +57,9 @@ dialect is detected per connection).
                            (default {total})
   --stalled-reader-ms N    drop a connection paused for output once its replies
                            made no progress this long (default {stall}; 0: never)
+  --partial-request-ms N   close a connection holding part of a request that
+                           sends no byte for this long (default {partial};
+                           0: never); idle connections are never closed
   --classic-compare-set    COMPARE_SET does not wake waiters (classic servers)
   --log-level L            error, warn, info or debug (default {level})
   --help                   show this help
@@ -73,6 +76,7 @@ Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen.
                      fmt::arg("output", l.max_buffered_output_bytes),
                      fmt::arg("total", l.max_total_output_bytes),
                      fmt::arg("stall", l.stalled_reader_ms),
+                     fmt::arg("partial", l.partial_request_ms),
                      fmt::arg("level", d.log_level));
 }
 
@@ -169,6 +173,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--max-total-output-bytes") {
       if (!needValue(arg, opts.limits.max_total_output_bytes))
         return kExitUsage;
+    } else if (arg == "--partial-request-ms") {  // budget flags (#13)
+      if (!needValue(arg, opts.limits.partial_request_ms)) return kExitUsage;
     } else if (arg == "--stalled-reader-ms") {
       if (!needValue(arg, opts.limits.stalled_reader_ms)) return kExitUsage;
     } else if (arg == "--classic-compare-set") {
