@@ -46,8 +46,18 @@ void Connection::onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept {
                        static_cast<unsigned>(Connections::kScratchBytes));
     return;
   }
+  // Growing (about doubling) a large partial request's buffer must fit the
+  // memory budget; otherwise the connection waits until memory is freed.
+  if (c->in_.freeTail() < kMinFreeTail &&
+      c->set_.budget_.pauseInput(c->set_.memoryUse(), c->partialBytes(),
+                                 c->inputGrowth())) {
+    c->input_paused_ = true;  // read_cb gets UV_ENOBUFS and stops reading
+    *buf = uv_buf_init(nullptr, 0);
+    return;
+  }
   try {
     char* tail = c->in_.reserveTail(kMinFreeTail);
+    c->noteInput();
     std::size_t n = std::min(c->in_.freeTail(), kMaxReadBytes);
     *buf = uv_buf_init(tail, static_cast<unsigned>(n));
   } catch (...) {
@@ -71,6 +81,16 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread < 0) {
     if (nread == UV_EOF) {
       handleEof();
+    } else if (nread == UV_ENOBUFS && input_paused_) {
+      bump(set_.ctr_.budget_input_paused);
+      updateReading();
+      try {
+        set_.input_paused_ids_.push_back(id_);
+        set_.notePausedInput(*this);
+      } catch (...) {
+        input_paused_ = false;  // cannot list it: let it read
+        updateReading();
+      }
     } else if (nread == UV_ENOBUFS) {
       reject(set_.ctr_.rejected_limit, "out of memory for the input buffer");
     } else {
@@ -103,7 +123,14 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
     if (closing_) return;
   }
   in_.trim();
+  noteInput();
   if (pending_ && in_.size() >= kPendingInputBytes) updateReading();
+}
+
+void Connection::noteInput() noexcept {
+  set_.input_total_ += in_.capacity();
+  set_.input_total_ -= counted_in_;
+  counted_in_ = in_.capacity();
 }
 
 // The peer half-closed. Its requests still get their replies; bytes of an
@@ -176,6 +203,7 @@ void Connection::resume() {
     drainBuffered();
     if (closing_) return;
     in_.trim();
+    noteInput();
   }
   if (eof_ && !paused_ && !pending_ && !set_.stopping_ && !failed_) {
     eof_ = false;
@@ -191,8 +219,9 @@ void Connection::resume() {
 }
 
 bool Connection::wantsToRead() const noexcept {
-  return !closing_ && !paused_ && !eof_ && !close_after_flush_ &&
-         !set_.stopping_ && !(pending_ && in_.size() >= kPendingInputBytes);
+  return !closing_ && !paused_ && !input_paused_ && !eof_ &&
+         !close_after_flush_ && !set_.stopping_ &&
+         !(pending_ && in_.size() >= kPendingInputBytes);
 }
 
 void Connection::updateReading() noexcept {
@@ -358,6 +387,8 @@ void Connection::fail(Counter& counter, std::string_view reason) noexcept {
 void Connection::close() noexcept {
   if (closing_) return;
   closing_ = true;
+  set_.input_total_ -= counted_in_;
+  counted_in_ = 0;
   set_.closed(*this);
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {

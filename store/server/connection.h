@@ -63,6 +63,7 @@ class Connection {
   bool closing() const noexcept { return closing_; }
   std::string peerName() const;
   std::string_view dialectName() const noexcept;
+  std::size_t unsentBytes() const noexcept { return outbox_.size(); }
   Outbox& outbox() noexcept { return outbox_; }
 
   // Queues `bytes` for the client, applying the output policy: a push the
@@ -142,6 +143,17 @@ class Connection {
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;
   bool dialect_noted_ = false;
+  bool input_paused_ = false;   // budget: no reading until memory is freed
+  std::size_t counted_in_ = 0;  // in_.capacity() charged to the budget
+  void noteInput() noexcept;
+  // The partial request's size, and what growing its buffer would add.
+  std::size_t partialBytes() const noexcept {
+    return need_ > in_.size() ? need_ : in_.size();
+  }
+  std::size_t inputGrowth() const noexcept {
+    const std::size_t want = in_.size() + 64 * 1024;
+    return want > in_.capacity() ? want : in_.capacity();
+  }
   bool failed_ = false;    // fail(): closes once the owed replies are out
   bool draining_ = false;  // inside drain(): resume() must not re-enter
 };

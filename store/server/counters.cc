@@ -45,6 +45,10 @@ ServerCounters Counters::snapshot() const noexcept {
   c.rejected_semantic = get(rejected_semantic);
   c.rejected_slow_reader = get(rejected_slow_reader);
   c.rejected_partial_timeout = get(rejected_partial_timeout);
+  c.budget_refused = get(budget_refused);
+  c.budget_dropped = get(budget_dropped);
+  c.budget_input_paused = get(budget_input_paused);
+  c.memory_bytes = get(memory_bytes);
   c.accept_errors = get(accept_errors);
   c.connections_shed = get(connections_shed);
   c.bytes_in = get(bytes_in);
@@ -70,6 +74,10 @@ std::string countersLine(const ServerCounters& c) {
       c.rejected_limit, c.rejected_semantic, c.rejected_slow_reader,
       c.rejected_partial_timeout, c.accept_errors, c.connections_shed,
       c.bytes_in, c.bytes_out);
+  out += fmt::format(
+      " | budget refused={} dropped={} input_paused={} memory_bytes={}",
+      c.budget_refused, c.budget_dropped, c.budget_input_paused,
+      c.memory_bytes);
   return out;
 }
 

@@ -159,3 +159,137 @@ TEST_CASE("huge WAITs dropped at once: no stall, memory given back") {
   CHECK(worst < milliseconds(1000));  // sanity only: targets are in bench/
   CHECK(s->counters().connections_open == 1);
 }
+
+// ---- the memory budget ----------------------------------------------------
+
+namespace {
+
+constexpr std::uint64_t kBudget = 8 * 1024 * 1024;
+
+// Sends what the kernel takes of `bytes` until `limit` passes; returns the
+// number of bytes sent. For peers the server may stop reading.
+std::size_t sendFor(RawConn& c, std::string_view bytes, milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  std::size_t sent = 0;
+  while (sent < bytes.size() && Clock::now() < end) {
+    pollfd p{c.fd(), POLLOUT, 0};
+    if (::poll(&p, 1, 10) <= 0) continue;
+    ssize_t n = ::send(c.fd(), bytes.data() + sent, bytes.size() - sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  return sent;
+}
+
+}  // namespace
+
+TEST_CASE("budget: a client storing values under new keys is refused") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(honest.send(byte(v2::kSet) + str("/honest/" + std::to_string(i)) +
+                        str("value-" + std::to_string(i))));
+  }
+  RawConn hog = conn2(*s);
+  const std::string value(256 * 1024, 'v');
+  int stored = 0;
+  bool refused = false;
+  for (; stored < 100; ++stored) {  // 25 MiB offered: 3x the budget
+    if (!hog.send(byte(v2::kSet) + str("/hog/" + std::to_string(stored)) +
+                  str(value)) ||
+        !pingFence(hog)) {
+      refused = true;
+      break;
+    }
+  }
+  MESSAGE("stored " << stored << " values of 256 KiB before the refusal");
+  CHECK(refused);
+  CHECK(hog.waitClosed());
+  CHECK(stored >= 20);  // most of the budget was usable
+  CHECK(s->counters().budget_refused == 1);
+  CHECK(s->counters().memory_bytes <= kBudget);
+  // The honest client's data is exact, and it may still store small values.
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(honest.send(byte(v2::kGet) + str("/honest/" + std::to_string(i))));
+    const std::string want = "value-" + std::to_string(i);
+    CHECK(honest.recv(8 + want.size()) == u64le(want.size()) + want);
+  }
+  REQUIRE(honest.send(byte(v2::kSet) + str("/honest/late") + str("ok")));
+  REQUIRE(honest.send(byte(v2::kGet) + str("/honest/late")));
+  CHECK(honest.recv(10) == u64le(2) + "ok");
+  CHECK(s->counters().budget_refused == 1);
+}
+
+TEST_CASE("budget: clients pipelining GETs and never reading are dropped") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = 2 * kBudget;  // 16 MiB
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string value(1024 * 1024, 'g');
+  REQUIRE(honest.send(byte(v2::kSet) + str("/big") + str(value)));
+  REQUIRE(honest.send(byte(v2::kSet) + str("/small") + str("s")));
+  REQUIRE(pingFence(honest));
+  // Four non-readers asking for 3, 6, 9 and 12 MiB of replies (30 MiB).
+  std::vector<RawConn> hogs;
+  for (int i = 0; i < 4; ++i) {
+    RawConn h = RawConn::connect(s->port(), "127.0.0.1", 16 * 1024);
+    REQUIRE(h.ok());
+    REQUIRE(h.handshake());
+    std::string m;
+    for (int k = 0; k < 3 * (i + 1); ++k) m += byte(v2::kGet) + str("/big");
+    REQUIRE(h.send(m));
+    hogs.push_back(std::move(h));
+  }
+  // The largest go first, until the server is back under its budget.
+  CHECK(eventually([&] {
+    return s->counters().budget_dropped + s->counters().budget_refused >= 1;
+  }));
+  CHECK(eventually(
+      [&] { return s->counters().memory_bytes <= o.limits.max_memory_bytes; }));
+  CHECK(hogs[3].waitClosed(nullptr, milliseconds(10000)));
+  // The honest client is served meanwhile.
+  REQUIRE(honest.send(byte(v2::kGet) + str("/small")));
+  CHECK(honest.recv(9) == u64le(1) + "s");
+  // The smallest non-reader was not dropped: its replies are all there.
+  std::string want;
+  for (int k = 0; k < 3; ++k) want += u64le(value.size()) + value;
+  CHECK(hogs[0].recv(want.size(), milliseconds(10000)) == want);
+  CHECK(pingFence(hogs[0]));
+  MESSAGE("dropped " << s->counters().budget_dropped << ", refused "
+                     << s->counters().budget_refused);
+}
+
+TEST_CASE("budget: partial large requests are paused under the budget") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  o.limits.max_value_bytes = 16 * 1024 * 1024;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string body(12 * 1024 * 1024, 'p');
+  std::vector<RawConn> hogs;
+  std::size_t offered = 0;
+  for (int i = 0; i < 6; ++i) {  // each: most of one 16 MiB SET
+    RawConn h = conn2(*s);
+    const std::string head =
+        byte(v2::kSet) + str("/part/" + std::to_string(i)) + u64le(16 << 20);
+    REQUIRE(h.send(head));
+    offered += sendFor(h, body, milliseconds(300));
+    hogs.push_back(std::move(h));
+    REQUIRE(pingFence(honest));  // served throughout
+  }
+  REQUIRE(pingFence(honest));
+  const auto c = s->counters();
+  MESSAGE("offered " << offered / 1024 << " KiB; server charged "
+                     << c.memory_bytes / 1024 << " KiB; input paused "
+                     << c.budget_input_paused);
+  CHECK(offered > 3 * kBudget);  // the attack is real
+  CHECK(c.budget_input_paused >= 1);
+  CHECK(c.memory_bytes <= kBudget);
+  REQUIRE(honest.send(byte(v2::kSet) + str("/after") + str("fine")));
+  REQUIRE(honest.send(byte(v2::kGet) + str("/after")));
+  CHECK(honest.recv(12) == u64le(4) + "fine");
+}
