@@ -13,6 +13,16 @@
 #include "tests/server/raw_client.h"
 #include "tests/support/scoped_server.h"
 
+// Sanitizers bring their own allocators (malloc_trim does not reach them):
+// RSS figures are not checked there.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TCPSTORE_SANITIZED_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define TCPSTORE_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+
 namespace {
 
 using namespace tcpstore::test;
@@ -140,6 +150,7 @@ TEST_CASE("huge WAITs dropped at once: no stall, memory given back") {
   // The probe's round trips while the registrations are freed.
   milliseconds worst{0};
   std::size_t rss2 = rss1;
+  [[maybe_unused]] int probes = 0;
   const auto end = Clock::now() + scaled(milliseconds(15000));
   while (Clock::now() < end) {
     const auto t = Clock::now();
@@ -148,6 +159,9 @@ TEST_CASE("huge WAITs dropped at once: no stall, memory given back") {
         worst, std::chrono::duration_cast<milliseconds>(Clock::now() - t));
     rss2 = rssBytes();
     if (rss2 < rss0 + (rss1 - rss0) / 4) break;
+#ifdef TCPSTORE_SANITIZED_ALLOCATOR
+    if (++probes >= 300) break;  // RSS is not judged here: probe a while
+#endif
   }
   INFO("rss after " << rss2 / 1024 << " KiB, worst probe " << worst.count()
                     << " ms");
@@ -155,7 +169,9 @@ TEST_CASE("huge WAITs dropped at once: no stall, memory given back") {
                         << " KiB, after " << rss2 / 1024
                         << " KiB; worst probe round trip " << worst.count()
                         << " ms");
+#ifndef TCPSTORE_SANITIZED_ALLOCATOR
   CHECK(rss2 < rss0 + (rss1 - rss0) / 4);
+#endif
   CHECK(worst < milliseconds(1000));  // sanity only: targets are in bench/
   CHECK(s->counters().connections_open == 1);
 }
