@@ -198,6 +198,9 @@ void Connection::noteDialect() noexcept {
 
 void Connection::resume() {
   if (closing_ || draining_) return;
+  // Paused or pending, the server was not waiting for the peer's bytes: the
+  // partial-request clock starts again.
+  last_read_ms_ = set_.now();
   // Stopping: requests not yet decoded are not started.
   if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
     drainBuffered();

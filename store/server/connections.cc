@@ -117,6 +117,7 @@ void Connections::resumeInput() noexcept {
     if (budget_.mayResumeInput(use) &&
         !budget_.pauseInput(use, c->partialBytes(), c->inputGrowth())) {
       c->input_paused_ = false;
+      c->last_read_ms_ = now();  // waiting for the peer again from now
       c->updateReading();
       continue;
     }

@@ -11,6 +11,7 @@
 
 #include "tcpstore/server.h"
 #include "tests/server/raw_client.h"
+#include "tests/support/bound_port.h"
 #include "tests/support/scoped_server.h"
 
 // Sanitizers bring their own allocators (malloc_trim does not reach them):
@@ -103,6 +104,50 @@ TEST_CASE("a partial request without progress is closed, idle peers stay") {
   REQUIRE(idle113.send(byte(v113::kGetNumKeys)));
   CHECK(idle113.recv(8) == i64le(0));
   CHECK(s->counters().rejected_partial_timeout == 1);
+}
+
+TEST_CASE("a slow reader holding a partial request is not closed for it") {
+  // Both ends' socket buffers pinned small, so the replies stay queued in
+  // the server (see server_test.cc's startPinned).
+  constexpr int kPinned = 16 * 1024;
+  BoundPort listen;
+  REQUIRE(listen.pinSendBuffer(kPinned));
+  tcpstore::ServerOptions o;
+  o.port = listen.port();
+  o.listen_fd = listen.release();
+  o.limits.partial_request_ms = 100;
+  o.limits.max_buffered_output_bytes = 256 * 1024;  // paused above this
+  o.limits.stalled_reader_ms = 0;                   // never dropped for it
+  auto s = ScopedServer::local(o);
+  RawConn writer = conn2(*s);
+  const std::string value(64 * 1024, 'r');
+  REQUIRE(writer.send(byte(v2::kSet) + str("/v") + str(value)));
+  REQUIRE(pingFence(writer));
+  RawConn slow = RawConn::connect(s->port(), "127.0.0.1", kPinned);
+  REQUIRE(slow.ok());
+  REQUIRE(slow.handshake());
+  // 6 GETs (384 KiB of replies: paused, under the 512 KiB drop line), then
+  // the first bytes of a SET.
+  std::string m;
+  for (int i = 0; i < 6; ++i) m += byte(v2::kGet) + str("/v");
+  const std::string set_rest = "abcdefgh";
+  m += byte(v2::kSet) + str("/after-slow") + u64le(set_rest.size()) + "abc";
+  REQUIRE(slow.send(m));
+  // The clock: a partial request sent later, closed by the timeout. The slow
+  // reader's partial bytes are older, so it would be closed by then too.
+  RawConn clock = conn2(*s);
+  REQUIRE(clock.send(byte(v2::kSet) + str("/c") + u64le(50) + "x"));
+  CHECK(clock.waitClosed(nullptr, milliseconds(10000)));
+  CHECK(s->counters().rejected_partial_timeout == 1);
+  // The slow reader reads now: every reply, then finishes its SET.
+  std::string want;
+  for (int i = 0; i < 6; ++i) want += u64le(value.size()) + value;
+  CHECK(slow.recv(want.size(), milliseconds(10000)) == want);
+  REQUIRE(slow.send(set_rest.substr(3)));
+  REQUIRE(slow.send(byte(v2::kGet) + str("/after-slow")));
+  CHECK(slow.recv(8 + set_rest.size()) == u64le(set_rest.size()) + set_rest);
+  CHECK(s->counters().rejected_partial_timeout == 1);
+  CHECK(s->counters().rejected_slow_reader == 0);
 }
 
 TEST_CASE("a request that keeps arriving slowly is not a stalled one") {
