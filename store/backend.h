@@ -92,6 +92,11 @@ class Backend {
 
   // Stored keys (for logs and counters); 0 if the backend cannot tell cheaply.
   virtual std::size_t numKeys() const noexcept { return 0; }
+
+  // Bytes this backend holds on the server's heap for stored keys, values,
+  // queues and registrations (an estimate, O(1)), charged to the server's
+  // memory budget; 0 for a backend that keeps its state elsewhere.
+  virtual std::size_t memoryBytes() const noexcept { return 0; }
 };
 
 }  // namespace tcpstore::store

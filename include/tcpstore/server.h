@@ -34,6 +34,24 @@ struct ServerLimits {
   // replies then make no progress for this long is dropped (0: never).
   // PyTorch clients never get paused: they read every reply.
   std::uint64_t stalled_reader_ms = 30000;
+  // A connection holding part of a request (bytes that do not yet make a
+  // whole request) that receives no further byte for this long is closed
+  // (0: never). A connection with nothing buffered is never closed for being
+  // idle (PyTorch clients hold idle connections for hours), nor is one that
+  // waits for its own replies to be read. Also bounds how long a connection
+  // closed for a protocol error lingers to deliver the replies it was owed.
+  std::uint64_t partial_request_ms = 60000;
+  // Server-wide memory budget (0: none): input buffers of partial requests,
+  // unsent output (replies and pushes), wait/watch registrations and stored
+  // keys and values together. Near it (past 15/16) the server stops reading
+  // large partial requests, drops the clients that stopped reading and hold
+  // the most unsent output, and refuses large requests whose result would
+  // cross the line; at the budget itself it refuses every request that would
+  // store or register more. A refusal closes the connection with a log line
+  // naming peer and reason. Size it as the stored data (keys + values, with
+  // ~64 bytes per key) plus ~100 bytes per waited key plus the largest replies
+  // in flight, with room to spare: a 100K-rank rendezvous needs tens of MB.
+  std::uint64_t max_memory_bytes = 1024ull * 1024 * 1024;
 };
 
 struct ServerOptions {
@@ -77,6 +95,15 @@ struct ServerCounters {
   std::uint64_t rejected_semantic = 0;
   // Output cap exceeded, or a large notification past the total budget.
   std::uint64_t rejected_slow_reader = 0;
+  // A partial request that made no progress for partial_request_ms.
+  std::uint64_t rejected_partial_timeout = 0;
+  // Memory budget decisions: requests refused (connection closed), clients
+  // dropped for unsent output, and times a connection's reading was paused.
+  std::uint64_t budget_refused = 0;
+  std::uint64_t budget_dropped = 0;
+  std::uint64_t budget_input_paused = 0;
+  // Bytes charged to the memory budget, as of the last loop turn (a gauge).
+  std::uint64_t memory_bytes = 0;
   // EMFILE/ENFILE and other accept failures.
   std::uint64_t accept_errors = 0;
   // Accepted and closed at once while out of fds.

@@ -26,6 +26,11 @@ std::uint64_t stallCheckEveryMs(std::uint64_t stall_ms) noexcept {
   return std::clamp<std::uint64_t>(stall_ms / 4, 1, 1000);
 }
 
+std::uint64_t partialSweepEveryMs(std::uint64_t partial_ms) noexcept {
+  if (partial_ms == 0) partial_ms = 60000;
+  return std::clamp<std::uint64_t>(partial_ms / 4, 5, 5000);
+}
+
 bool StallClock::stalled(std::uint64_t now, std::size_t queued,
                          std::uint64_t stall_ms) noexcept {
   if (queued < queue_) {

@@ -48,6 +48,10 @@ bool mayResume(const OutputLimits& l, std::size_t out) noexcept;
 // How often paused connections are checked for a stall (ms, > 0).
 std::uint64_t stallCheckEveryMs(std::uint64_t stall_ms) noexcept;
 
+// How often connections are checked for a partial request without progress
+// (ms, > 0): a quarter of `partial_ms` within [5 ms, 5 s] (60 s if 0).
+std::uint64_t partialSweepEveryMs(std::uint64_t partial_ms) noexcept;
+
 // Stall bookkeeping of one paused connection.
 class StallClock {
  public:

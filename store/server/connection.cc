@@ -46,8 +46,18 @@ void Connection::onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept {
                        static_cast<unsigned>(Connections::kScratchBytes));
     return;
   }
+  // Growing (about doubling) a large partial request's buffer must fit the
+  // memory budget; otherwise the connection waits until memory is freed.
+  if (c->in_.freeTail() < kMinFreeTail &&
+      c->set_.budget_.pauseInput(c->set_.memoryUse(), c->partialBytes(),
+                                 c->inputGrowth())) {
+    c->input_paused_ = true;  // read_cb gets UV_ENOBUFS and stops reading
+    *buf = uv_buf_init(nullptr, 0);
+    return;
+  }
   try {
     char* tail = c->in_.reserveTail(kMinFreeTail);
+    c->noteInput();
     std::size_t n = std::min(c->in_.freeTail(), kMaxReadBytes);
     *buf = uv_buf_init(tail, static_cast<unsigned>(n));
   } catch (...) {
@@ -71,6 +81,16 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread < 0) {
     if (nread == UV_EOF) {
       handleEof();
+    } else if (nread == UV_ENOBUFS && input_paused_) {
+      bump(set_.ctr_.budget_input_paused);
+      updateReading();
+      try {
+        set_.input_paused_ids_.push_back(id_);
+        set_.notePausedInput(*this);
+      } catch (...) {
+        input_paused_ = false;  // cannot list it: let it read
+        updateReading();
+      }
     } else if (nread == UV_ENOBUFS) {
       reject(set_.ctr_.rejected_limit, "out of memory for the input buffer");
     } else {
@@ -85,6 +105,7 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread == 0) return;
   auto n = static_cast<std::size_t>(nread);
   bump(set_.ctr_.bytes_in, n);
+  last_read_ms_ = set_.now();
   if (buf->base == set_.scratch_.get()) {
     if (in_.empty()) {
       // Decode straight from the scratch buffer; keep only the rest.
@@ -102,7 +123,14 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
     if (closing_) return;
   }
   in_.trim();
+  noteInput();
   if (pending_ && in_.size() >= kPendingInputBytes) updateReading();
+}
+
+void Connection::noteInput() noexcept {
+  set_.input_total_ += in_.capacity();
+  set_.input_total_ -= counted_in_;
+  counted_in_ = in_.capacity();
 }
 
 // The peer half-closed. Its requests still get their replies; bytes of an
@@ -115,7 +143,7 @@ void Connection::handleEof() {
   }
   DecodeResult r = stream_.finish(std::string_view(in_.data(), in_.size()));
   if (r.failed()) {
-    reject(set_.ctr_.rejected_protocol, r.error.message());
+    fail(set_.ctr_.rejected_protocol, r.error.message());
     return;
   }
   set_.log_.log(LogLevel::kDebug, fmt::format("connection {} from {} closed "
@@ -142,7 +170,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{draining_};
-  while (!paused_ && !pending_ && !closing_ && len - off >= need_) {
+  while (!paused_ && !pending_ && !closing_ && !failed_ && len - off >= need_) {
     DecodeResult r = stream_.next(std::string_view(data + off, len - off), req);
     if (!dialect_noted_) noteDialect();
     if (r.kind == DecodeResult::kNeedMore) {
@@ -150,7 +178,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
       break;
     }
     if (r.kind == DecodeResult::kError) {
-      reject(set_.ctr_.forDecodeError(r.error.code), r.error.message());
+      fail(set_.ctr_.forDecodeError(r.error.code), r.error.message());
       return off;
     }
     need_ = 1;
@@ -170,13 +198,17 @@ void Connection::noteDialect() noexcept {
 
 void Connection::resume() {
   if (closing_ || draining_) return;
+  // Paused or pending, the server was not waiting for the peer's bytes: the
+  // partial-request clock starts again.
+  last_read_ms_ = set_.now();
   // Stopping: requests not yet decoded are not started.
-  if (!paused_ && !pending_ && !set_.stopping_ && !in_.empty()) {
+  if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
     drainBuffered();
     if (closing_) return;
     in_.trim();
+    noteInput();
   }
-  if (eof_ && !paused_ && !pending_ && !set_.stopping_) {
+  if (eof_ && !paused_ && !pending_ && !set_.stopping_ && !failed_) {
     eof_ = false;
     handleEof();
     return;
@@ -190,8 +222,9 @@ void Connection::resume() {
 }
 
 bool Connection::wantsToRead() const noexcept {
-  return !closing_ && !paused_ && !eof_ && !close_after_flush_ &&
-         !set_.stopping_ && !(pending_ && in_.size() >= kPendingInputBytes);
+  return !closing_ && !paused_ && !input_paused_ && !eof_ &&
+         !close_after_flush_ && !set_.stopping_ &&
+         !(pending_ && in_.size() >= kPendingInputBytes);
 }
 
 void Connection::updateReading() noexcept {
@@ -322,22 +355,43 @@ void Connection::afterOutputDrained() noexcept {
 
 // ---- Connection: close -----------------------------------------------------
 
+void Connection::logClosing(std::string_view reason) noexcept {
+  if (!set_.log_.enabled(LogLevel::kWarn)) return;
+  try {
+    set_.logRejection(fmt::format("closing connection from {} ({}): {}",
+                                  peerName(), dialectName(), reason));
+  } catch (...) {
+  }
+}
+
 void Connection::reject(Counter& counter, std::string_view reason) noexcept {
   if (closing_) return;
   bump(counter);
-  if (set_.log_.enabled(LogLevel::kWarn)) {
-    try {
-      set_.logRejection(fmt::format("closing connection from {} ({}): {}",
-                                    peerName(), dialectName(), reason));
-    } catch (...) {
-    }
-  }
+  logClosing(reason);
   close();
+}
+
+void Connection::fail(Counter& counter, std::string_view reason) noexcept {
+  if (closing_ || failed_) return;
+  if (outbox_.size() == 0 || set_.stopping_) {
+    reject(counter, reason);
+    return;
+  }
+  bump(counter);
+  logClosing(reason);
+  // Like a half-close: nothing more is read or decoded; the check phase
+  // flushes the outbox (it is listed) and afterOutputDrained() closes.
+  failed_ = true;
+  close_after_flush_ = true;
+  failed_ms_ = set_.now();
+  updateReading();
 }
 
 void Connection::close() noexcept {
   if (closing_) return;
   closing_ = true;
+  set_.input_total_ -= counted_in_;
+  counted_in_ = 0;
   set_.closed(*this);
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {

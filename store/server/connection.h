@@ -63,6 +63,7 @@ class Connection {
   bool closing() const noexcept { return closing_; }
   std::string peerName() const;
   std::string_view dialectName() const noexcept;
+  std::size_t unsentBytes() const noexcept { return outbox_.size(); }
   Outbox& outbox() noexcept { return outbox_; }
 
   // Queues `bytes` for the client, applying the output policy: a push the
@@ -81,6 +82,12 @@ class Connection {
   // Counts `counter`, logs "closing connection from P (dialect): reason"
   // (rate-limited) and closes. No-op if closing.
   void reject(Counter& counter, std::string_view reason) noexcept;
+  // An error in this connection's requests (bad bytes, a refused request):
+  // counts `counter`, logs like reject(), stops reading and decoding, and
+  // closes once the replies owed for its earlier requests are written (at
+  // once if there are none; after partial_request_ms at most if the peer
+  // does not read them). No-op if closing.
+  void fail(Counter& counter, std::string_view reason) noexcept;
   // Closes now: unsent output is dropped. Idempotent.
   void close() noexcept;
 
@@ -107,6 +114,12 @@ class Connection {
   void stopForShutdown() noexcept;
   void updateReading() noexcept;
   bool wantsToRead() const noexcept;
+  // Holds part of a request and waits for more of it from the peer.
+  bool holdsPartialRequest() const noexcept {
+    return !in_.empty() && !pending_ && !paused_ && !eof_ &&
+           !close_after_flush_ && !closing_;
+  }
+  void logClosing(std::string_view reason) noexcept;
   uv_stream_t* stream() noexcept {
     return reinterpret_cast<uv_stream_t*>(&tcp_);
   }
@@ -120,6 +133,8 @@ class Connection {
   Outbox outbox_;
   sockaddr_storage peer_{};
   StallClock stall_;
+  std::uint64_t last_read_ms_ = 0;  // loop time of the last byte read
+  std::uint64_t failed_ms_ = 0;     // loop time of fail() (if failed_)
   bool reading_ = false;
   bool paused_ = false;   // output over the cap: no reading, no decoding
   bool pending_ = false;  // a request awaits the backend: no decoding
@@ -128,6 +143,18 @@ class Connection {
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;
   bool dialect_noted_ = false;
+  bool input_paused_ = false;   // budget: no reading until memory is freed
+  std::size_t counted_in_ = 0;  // in_.capacity() charged to the budget
+  void noteInput() noexcept;
+  // The partial request's size, and what growing its buffer would add.
+  std::size_t partialBytes() const noexcept {
+    return need_ > in_.size() ? need_ : in_.size();
+  }
+  std::size_t inputGrowth() const noexcept {
+    const std::size_t want = in_.size() + 64 * 1024;
+    return want > in_.capacity() ? want : in_.capacity();
+  }
+  bool failed_ = false;    // fail(): closes once the owed replies are out
   bool draining_ = false;  // inside drain(): resume() must not re-enter
 };
 

@@ -38,6 +38,11 @@ Status Connections::open(LoopHandles& handles) {
   auto log = handles.addTimer(this);
   if (!log) return log.error();
   log_timer_ = *log;
+  auto sweep = handles.addTimer(this);
+  if (!sweep) return sweep.error();
+  sweep_timer_ = *sweep;
+  const std::uint64_t every = partialSweepEveryMs(partial_ms_);
+  uv_timer_start(sweep_timer_, &Connections::onSweepTimer, every, every);
   return Status::ok();
 }
 
@@ -92,6 +97,73 @@ void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
   uv_idle_stop(s->flush_idle_);
   s->flush_list_.run([](Connection* c) { c->flush(); });
+  const std::uint64_t total = s->memoryUse().total();
+  s->ctr_.memory_bytes.store(total, std::memory_order_relaxed);
+  if (s->budget_.max() == 0) return;
+  if (!s->input_paused_ids_.empty() && total < s->input_resume_below_)
+    s->resumeInput();
+  if (total > s->budget_.softLine()) s->shedOutput();
+}
+
+// Resumes the paused connections whose next buffer growth fits now (and
+// under the resume line, so they do not flap); the others stay listed.
+void Connections::resumeInput() noexcept {
+  std::size_t kept = 0;
+  input_resume_below_ = 0;
+  for (std::size_t i = 0; i < input_paused_ids_.size(); ++i) {
+    Connection* c = find(input_paused_ids_[i]);
+    if (c == nullptr || c->closing_ || !c->input_paused_) continue;
+    const MemoryUse use = memoryUse();
+    if (budget_.mayResumeInput(use) &&
+        !budget_.pauseInput(use, c->partialBytes(), c->inputGrowth())) {
+      c->input_paused_ = false;
+      c->last_read_ms_ = now();  // waiting for the peer again from now
+      c->updateReading();
+      continue;
+    }
+    notePausedInput(*c);
+    input_paused_ids_[kept++] = c->id_;
+  }
+  input_paused_ids_.resize(kept);
+}
+
+void Connections::notePausedInput(const Connection& c) noexcept {
+  const std::uint64_t g = c.inputGrowth();
+  const std::uint64_t at =
+      g < budget_.resumeLine() ? budget_.resumeLine() - g : 0;
+  if (at > input_resume_below_) input_resume_below_ = at;
+}
+
+// A connection counts as not reading when the kernel took all it would (a
+// write is pending) and no write completed for kNotReadingMs.
+void Connections::shedOutput() noexcept {
+  constexpr std::uint64_t kShedEveryMs = 20;
+  constexpr std::uint64_t kNotReadingMs = 100;
+  const std::uint64_t t = now();
+  if (t - last_shed_ms_ < kShedEveryMs) return;
+  last_shed_ms_ = t;
+  while (memoryUse().total() > budget_.softLine()) {
+    Connection* worst = nullptr;
+    for (auto& [id, c] : by_id_) {
+      if (c->closing_ || !c->outbox_.writing() ||
+          c->outbox_.size() <= kBehindBytes ||
+          c->stall_.idleMs(t) < kNotReadingMs) {
+        continue;
+      }
+      if (worst == nullptr || c->outbox_.size() > worst->outbox_.size())
+        worst = c;
+    }
+    if (worst == nullptr) return;
+    std::string why;
+    try {
+      why = fmt::format(
+          "memory budget: {} unsent bytes not read while the server holds "
+          "{} of {} bytes",
+          worst->outbox_.size(), memoryUse().total(), budget_.max());
+    } catch (...) {
+    }
+    worst->reject(ctr_.budget_dropped, why);
+  }
 }
 
 // A paused connection is dropped once its output took no byte for
@@ -119,6 +191,44 @@ void Connections::onStallTimer(uv_timer_t* timer) noexcept {
   }
   s->paused_ids_.resize(kept);
   if (kept == 0) uv_timer_stop(s->stall_timer_);
+}
+
+// Every connection is looked at (a few ns each, at most a few times a
+// second): a partial request without progress is closed, and so is a
+// failed connection whose peer does not take the replies it was owed.
+void Connections::onSweepTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Connections*>(timer->data);
+  if (s->stopping_) return;
+  const std::uint64_t now = s->now();
+  const std::uint64_t linger = s->partial_ms_ > 0 ? s->partial_ms_ : 60000;
+  s->sweep_ids_.clear();
+  try {
+    for (auto& [id, c] : s->by_id_) {
+      if (c->closing_) continue;
+      if ((c->failed_ && now - c->failed_ms_ >= linger) ||
+          (s->partial_ms_ > 0 && c->holdsPartialRequest() &&
+           now - c->last_read_ms_ >= s->partial_ms_)) {
+        s->sweep_ids_.push_back(id);
+      }
+    }
+  } catch (...) {  // no memory for the list: the next sweep tries again
+  }
+  for (ConnId id : s->sweep_ids_) {
+    Connection* c = s->find(id);
+    if (c == nullptr || c->closing_) continue;
+    if (c->failed_) {
+      c->close();  // counted and logged when it failed
+      continue;
+    }
+    std::string why;
+    try {
+      why = fmt::format(
+          "partial request: {} bytes buffered and no progress for {} ms",
+          c->in_.size(), now - c->last_read_ms_);
+    } catch (...) {
+    }
+    c->reject(s->ctr_.rejected_partial_timeout, why);
+  }
 }
 
 void Connections::logRejection(std::string_view line) noexcept {

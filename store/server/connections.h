@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "protocol/codec.h"
+#include "store/backend.h"
 #include "store/server/backpressure.h"
+#include "store/server/budget.h"
 #include "store/server/connection.h"
 #include "store/server/counters.h"
 #include "store/server/log.h"
@@ -37,6 +39,22 @@ class Connections {
 
   // Adds this set's loop handles (flush check, stall and log timers).
   Status open(LoopHandles& handles);
+  // Closes connections holding a partial request that got no byte for `ms`
+  // (0: never), and connections that failed but whose owed replies are not
+  // read within `ms` (60 s if 0). Call before open().
+  void setPartialRequestMs(std::uint64_t ms) noexcept { partial_ms_ = ms; }
+  // The server-wide memory budget (budget.h), charged with the backend's
+  // memoryBytes(). `backend` outlives this. Call before open().
+  void setBudget(std::uint64_t max_bytes,
+                 const store::Backend* backend) noexcept {
+    budget_ = MemoryBudget(max_bytes);
+    backend_ = backend;
+  }
+  const MemoryBudget& budget() const noexcept { return budget_; }
+  MemoryUse memoryUse() const noexcept {
+    return MemoryUse{input_total_, total_output_,
+                     backend_ != nullptr ? backend_->memoryBytes() : 0};
+  }
   void setHandler(RequestHandler& handler) noexcept { handler_ = &handler; }
   // Called once the last connection has closed after beginStop().
   void setOnDrained(void (*fn)(void*) noexcept, void* arg) noexcept {
@@ -74,8 +92,16 @@ class Connections {
   static void onIdle(uv_idle_t*) noexcept {}
   static void onStallTimer(uv_timer_t* timer) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
+  static void onSweepTimer(uv_timer_t* timer) noexcept;
   void paused(Connection& c);
   void closed(Connection& c) noexcept;
+  // Past the soft line: drops the non-reading connections holding the most
+  // unsent output until under it (at most every kShedEveryMs).
+  void shedOutput() noexcept;
+  // Input paused for the budget reads again once under the resume line.
+  void resumeInput() noexcept;
+  // Lowers the total under which resumeInput() is worth a look.
+  void notePausedInput(const Connection& c) noexcept;
   std::uint64_t now() const noexcept { return uv_now(loop_); }
 
   uv_loop_t* loop_ = nullptr;
@@ -97,6 +123,17 @@ class Connections {
   uv_timer_t* stall_timer_ = nullptr;
   RateLimitedLog rejections_;
   uv_timer_t* log_timer_ = nullptr;
+  std::uint64_t partial_ms_ = 0;
+  uv_timer_t* sweep_timer_ = nullptr;  // partial requests, lingering fails
+  std::vector<ConnId> sweep_ids_;      // scratch of onSweepTimer
+  MemoryBudget budget_{0};
+  const store::Backend* backend_ = nullptr;
+  std::uint64_t input_total_ = 0;  // sum of connections' input capacities
+  std::vector<ConnId> input_paused_ids_;  // may hold stale ids
+  // resumeInput() runs once the total is under this (the most any paused
+  // connection can take).
+  std::uint64_t input_resume_below_ = 0;
+  std::uint64_t last_shed_ms_ = 0;
   // The request being decoded (views into a connection's bytes).
   protocol::Request req_;
   bool stopping_ = false;

@@ -30,6 +30,11 @@ struct Counters {
   Counter rejected_limit{0};
   Counter rejected_semantic{0};
   Counter rejected_slow_reader{0};
+  Counter rejected_partial_timeout{0};
+  Counter budget_refused{0};
+  Counter budget_dropped{0};
+  Counter budget_input_paused{0};
+  Counter memory_bytes{0};  // a gauge, stored each loop turn
   Counter accept_errors{0};
   Counter connections_shed{0};
   Counter bytes_in{0};

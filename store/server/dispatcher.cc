@@ -34,6 +34,7 @@ Status Dispatcher::open(LoopHandles& handles) {
 
 void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
   ctr_.countRequest(req.command);
+  if (refusedForBudget(c, req, estimateBytes(req))) return;
   const std::int64_t join = join_ ? joinCount(req) : kNoCount;
   fx_.clear();
   c.setPending(true);  // a completion during submit() sees it pending
@@ -61,6 +62,10 @@ void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
     return;
   }
   c.setPending(false);
+  // A reply of normal size is always sent; a large one must fit.
+  if (isReadOnly(req.command) && fx_.bytes().size() > kLargeRequestBytes &&
+      refusedForBudget(c, req, fx_.bytes().size()))
+    return;  // the reply would cross the budget: nothing changed
   if (join != kNoCount) noteJoin(join, fx_, c.id());
   route(fx_, &c);
   if (fx_.bytes().capacity() > kKeepEffectsBytes) fx_ = Effects();
@@ -99,8 +104,25 @@ void Dispatcher::route(const Effects& fx, Connection* self) {
   }
 }
 
+bool Dispatcher::isReadOnly(Command cmd) noexcept {
+  return cmd == Command::kGet || cmd == Command::kMultiGet ||
+         cmd == Command::kListKeys;
+}
+
+bool Dispatcher::refusedForBudget(Connection& c, const protocol::Request& req,
+                                  std::uint64_t extra) {
+  const MemoryUse use = conns_.memoryUse();
+  if (!conns_.budget().refuse(use, extra)) return false;
+  c.fail(ctr_.budget_refused,
+         fmt::format("{} refused: it needs {} bytes and the server holds {} of "
+                     "its {} byte memory budget",
+                     protocol::commandName(req.command), extra, use.total(),
+                     conns_.budget().max()));
+  return true;
+}
+
 void Dispatcher::rejectRequest(Connection& c, Command cmd, const Status& st) {
-  c.reject(
+  c.fail(
       ctr_.forRejectedRequest(st),
       fmt::format("{} rejected: {}", protocol::commandName(cmd), st.message()));
 }

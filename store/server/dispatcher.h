@@ -58,6 +58,11 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
 
   void route(const store::Effects& fx, Connection* self);
   void rejectRequest(Connection& c, protocol::Command cmd, const Status& st);
+  // Refuses `req` (closing `c` after its owed replies) if `extra` more bytes
+  // would cross the memory budget.
+  bool refusedForBudget(Connection& c, const protocol::Request& req,
+                        std::uint64_t extra);
+  static bool isReadOnly(protocol::Command cmd) noexcept;
   std::int64_t joinCount(const protocol::Request& req) const noexcept;
   void noteJoin(std::int64_t count, const store::Effects& fx,
                 store::ConnId conn) noexcept;

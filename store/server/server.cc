@@ -125,6 +125,8 @@ Status Server::Impl::init() {
   stop_timer = *timer;
   conns.setHandler(dispatcher);
   conns.setOnDrained(&Impl::onDrained, this);
+  conns.setPartialRequestMs(options.limits.partial_request_ms);
+  conns.setBudget(options.limits.max_memory_bytes, backend.get());
   if (st = conns.open(handles); !st.isOk()) return st;
   if (st = dispatcher.open(handles); !st.isOk()) return st;
   backend_open = true;

@@ -17,12 +17,14 @@ fi
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 seconds=$2
-targets="fuzz_request_stream fuzz_request_v113 fuzz_request_v2 fuzz_reply"
+targets="fuzz_request_stream fuzz_request_v113 fuzz_request_v2 fuzz_reply fuzz_server_path"
 
 failed=""
 for t in $targets; do
   bin="$build/bin/$t"
   seeds="$build/fuzz/seeds/$t"
+  # The server-path target starts from an empty corpus (no vectors seed it).
+  if [ "$t" = fuzz_server_path ]; then mkdir -p "$seeds"; fi
   if [ ! -x "$bin" ] || [ ! -d "$seeds" ]; then
     echo "run.sh: $bin or $seeds missing (build the 'fuzzers' target with clang and" \
          "-DTCPSTORE_BUILD_FUZZERS=ON)" >&2

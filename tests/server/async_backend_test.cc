@@ -109,6 +109,7 @@ class LaterBackend final : public Backend {
   }
 
   void close() override {
+    inner_.close();
     uv_close(reinterpret_cast<uv_handle_t*>(timer_),
              [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
   }
