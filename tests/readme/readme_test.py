@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The README shows what runs: every block marked `<!-- snippet: PATH -->` equals that file
 (which a ctest executes), and every block marked `<!-- help: PROGRAM -->` equals the output of
-`PROGRAM --help` from the build. Usage: readme_test.py REPO_ROOT BIN_DIR"""
+`PROGRAM --help` from the build. Usage: readme_test.py REPO_ROOT BIN_DIR [--write]
+(--write replaces the help blocks by the programs' output instead of checking them)."""
 import pathlib
 import re
 import subprocess
@@ -16,6 +17,14 @@ def blocks(text, kind):
 def main():
     root, bindir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     readme = (root / "README.md").read_text()
+    if sys.argv[3:] == ["--write"]:
+        for prog, body in blocks(readme, "help"):
+            out = subprocess.run([str(bindir / prog), "--help"], capture_output=True,
+                                 text=True, timeout=30).stdout
+            readme = readme.replace(f"<!-- help: {prog} -->\n```\n{body}```\n",
+                                    f"<!-- help: {prog} -->\n```\n{out}```\n")
+        (root / "README.md").write_text(readme)
+        return 0
     failures, checked = [], 0
     for path, body in blocks(readme, "snippet"):
         checked += 1
