@@ -11,6 +11,8 @@ a real 3-member etcd cluster (Debian's etcd-server) on loopback.
   gateway.py ... faults VERSION
       kill the etcd leader while the job's ranks rendezvous (the job completes), keep it dead,
       then run a second job on the two members left (service goes on)
+  gateway.py ... cli
+      the flag's errors: bad URL (exit 2), unreachable etcd at start (exit 3)
   gateway.py ... restart VERSION
       a client waiting on gateway A sees a clean error (closed connection) when A stops; a new
       gateway on the same prefix serves the state written before
@@ -275,13 +277,33 @@ def mode_restart(cluster, server_bin, version):
     return [a2, b]
 
 
+def mode_cli(server_bin):
+    """The flag's errors (no etcd, no torch needed)."""
+    def run(*args):
+        r = subprocess.run([server_bin, *args, "--port", "0"], capture_output=True, text=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+        say(f"{' '.join(args)}: exit {r.returncode}; stderr {r.stderr.strip()!r}")
+        return r
+    r = run("--backend", "etcd://no-port")
+    T.check(r.returncode == 2 and "bad value for --backend" in r.stderr,
+            "a bad etcd URL is exit 2 with one clear line", f"exit {r.returncode}")
+    r = run("--backend", "redis://x:1")
+    T.check(r.returncode == 2, "an unknown backend is exit 2", f"exit {r.returncode}")
+    r = run("--delete-prefix")
+    T.check(r.returncode == 2, "--delete-prefix without etcd is exit 2", f"exit {r.returncode}")
+    r = run("--backend", f"etcd://127.0.0.1:{free_port()}/x")
+    T.check(r.returncode == 3 and "etcd not reachable" in r.stderr,
+            "an unreachable etcd at start is exit 3", f"exit {r.returncode}")
+    return []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server-bin", required=True)
     ap.add_argument("--etcd-bin", default=shutil.which("etcd") or "/usr/bin/etcd")
     ap.add_argument("--deadline", type=float, default=600)
-    ap.add_argument("mode", choices=["init-pg", "shared", "faults", "restart"])
-    ap.add_argument("versions", nargs="+")
+    ap.add_argument("mode", choices=["cli", "init-pg", "shared", "faults", "restart"])
+    ap.add_argument("versions", nargs="*")
     args = ap.parse_args()
 
     signal.signal(signal.SIGALRM, interop.on_deadline)
@@ -294,6 +316,9 @@ def main():
     for v in args.versions:
         interop.require_peer(v)
 
+    if args.mode == "cli":
+        mode_cli(args.server_bin)
+        return T.finish()
     cluster = EtcdCluster(args.etcd_bin)
     gws = []
     try:
