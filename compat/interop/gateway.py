@@ -13,6 +13,8 @@ a real 3-member etcd cluster (Debian's etcd-server) on loopback.
       then run a second job on the two members left (service goes on)
   gateway.py ... cli
       the flag's errors: bad URL (exit 2), unreachable etcd at start (exit 3)
+  gateway.py ... race VERSION
+      gets racing sets of the same fresh keys on one gateway: no wake-up lost
   gateway.py ... restart VERSION
       a client waiting on gateway A sees a clean error (closed connection) when A stops; a new
       gateway on the same prefix serves the state written before
@@ -277,6 +279,45 @@ def mode_restart(cluster, server_bin, version):
     return [a2, b]
 
 
+RACE_CLIENT = r"""
+import sys, threading, datetime, torch.distributed as dist
+port, n = int(sys.argv[1]), int(sys.argv[2])
+td = datetime.timedelta(seconds=5)
+kw = {"use_libuv": False} if "use_libuv" in (dist.TCPStore.__init__.__doc__ or "") else {}
+a = dist.TCPStore("127.0.0.1", port, None, False, td, **kw)
+b = dist.TCPStore("127.0.0.1", port, None, False, td, **kw)
+lost = 0
+for i in range(n):
+    k = f"race{i}"
+    t = threading.Thread(target=a.set, args=(k, "v"))
+    t.start()
+    try:
+        b.get(k)
+    except RuntimeError as e:
+        lost += 1
+        print(f"LOST {k}: {e}", flush=True)
+        b = dist.TCPStore("127.0.0.1", port, None, False, td, **kw)
+    t.join()
+print(f"RACE lost {lost} of {n}", flush=True)
+"""
+
+
+def mode_race(cluster, server_bin, version):
+    # A get (WAIT + GET) racing a set of the same fresh key, both on one gateway: the wake-up
+    # must never be lost (it was, 1 in 10, when a Put reached the watch during the WAIT's read).
+    gw = gateway(server_bin, cluster.url("job-race"))
+    n = 150
+    r = subprocess.run([interop.RUN_SH, version, "python3", "-c", RACE_CLIENT, str(gw.port), str(n)],
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = r.stdout.strip().splitlines()
+    for line in out[-6:]:
+        say(f"  [race] {line}")
+    T.check(r.returncode == 0 and f"RACE lost 0 of {n}" in out,
+            f"{n} racing set/get pairs on one gateway: no lost wake-up",
+            f"exit {r.returncode}: {out[-1] if out else r.stderr.strip()[-300:]}")
+    return [gw]
+
+
 def mode_cli(server_bin):
     """The flag's errors (no etcd, no torch needed)."""
     def run(*args):
@@ -302,7 +343,7 @@ def main():
     ap.add_argument("--server-bin", required=True)
     ap.add_argument("--etcd-bin", default=shutil.which("etcd") or "/usr/bin/etcd")
     ap.add_argument("--deadline", type=float, default=600)
-    ap.add_argument("mode", choices=["cli", "init-pg", "shared", "faults", "restart"])
+    ap.add_argument("mode", choices=["cli", "race", "init-pg", "shared", "faults", "restart"])
     ap.add_argument("versions", nargs="*")
     args = ap.parse_args()
 
@@ -327,6 +368,8 @@ def main():
             gws = mode_init_pg(cluster, args.server_bin, v[0])
         elif args.mode == "shared":
             gws = mode_shared(cluster, args.server_bin, v[0], v[1])
+        elif args.mode == "race":
+            gws = mode_race(cluster, args.server_bin, v[0])
         elif args.mode == "faults":
             gws = mode_faults(cluster, args.server_bin, v[0])
         else:
