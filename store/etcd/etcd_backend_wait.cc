@@ -42,19 +42,24 @@ void EtcdBackend::readForWait(ConnId conn, std::uint64_t id,
   readKeys(std::move(keys),
            [this, conn, id, names](const Status& st, std::int64_t rev,
                                    std::vector<const std::string*> values) {
-             if (--wait_reads_ == 0) put_rev_.clear();
              auto it = waits_.find(conn);
-             if (it == waits_.end() || it->second.id != id) return;  // dropped
+             const bool live = it != waits_.end() && it->second.id == id;
+             // put_rev_ is consulted before it may be cleared: a Put the
+             // watch delivered while this read was in flight counts.
+             std::vector<std::string> missing;
+             if (live && st.isOk()) {
+               for (std::size_t i = 0; i < values.size(); ++i) {
+                 if (values[i] != nullptr) continue;
+                 auto seen = put_rev_.find((*names)[i]);
+                 if (seen != put_rev_.end() && seen->second > rev) continue;
+                 missing.push_back((*names)[i]);
+               }
+             }
+             if (--wait_reads_ == 0) put_rev_.clear();
+             if (!live) return;  // dropped
              if (!st.isOk()) {
                waits_.erase(it);
                return fail(conn, st);
-             }
-             std::vector<std::string> missing;
-             for (std::size_t i = 0; i < values.size(); ++i) {
-               if (values[i] != nullptr) continue;
-               auto seen = put_rev_.find((*names)[i]);
-               if (seen != put_rev_.end() && seen->second > rev) continue;
-               missing.push_back((*names)[i]);
              }
              if (missing.empty()) {
                waits_.erase(it);

@@ -2,12 +2,13 @@
 // clients on one port.
 //
 // Exit codes: 0 clean stop (SIGINT/SIGTERM), 1 stop failed, 2 bad usage,
-// 3 cannot bind/listen.
+// 3 cannot bind/listen (or, with --backend etcd://, cannot reach etcd).
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -16,8 +17,19 @@
 #include <string_view>
 #include <type_traits>
 
+#include "store/backend.h"
 #include "store/server/log.h"
+#include "store/server/start.h"
 #include "tcpstore/server.h"
+
+// ---- --backend (etcd gateway) -------------------------------------------
+#ifdef TCPSTORE_WITH_ETCD
+#include "store/etcd/etcd_admin.h"
+#include "store/etcd/etcd_backend.h"
+#include "store/etcd/etcd_options.h"
+#include "store/server/options.h"
+#endif
+// ---- end --backend --------------------------------------------------------
 
 #ifndef TCPSTORE_VERSION
 #define TCPSTORE_VERSION "unknown"
@@ -31,6 +43,114 @@ constexpr int kExitOk = 0;
 constexpr int kExitStopFailed = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitBind = 3;
+
+int usageError(const std::string& msg);
+
+// ---- --backend (etcd gateway) -------------------------------------------
+constexpr std::string_view kEtcdScheme = "etcd://";
+
+std::string backendUsage() {
+  return R"(
+Backend (where the keys live):
+  --backend memory         in this process (default): fastest; the state dies
+                           with the process
+  --backend etcd://HOST:PORT[,HOST:PORT...][/PREFIX]
+                           in etcd v3 under /PREFIX/ (default /tcpstore/): this
+                           server is a stateless gateway; several gateways may
+                           serve one job; any of them, or etcd members short of
+                           a majority, may fail. Queues and WATCH_KEY are not
+                           supported (the connection is closed).
+                           At start one linearizable read must succeed on some
+                           member within 5 s, else exit 3 (fail fast: a wrong
+                           address or a cluster without quorum is reported at
+                           once). Once running, a request that etcd cannot
+                           serve within 20 s closes its connection (an error,
+                           never a guessed answer).
+  --delete-prefix          with --backend etcd://.../PREFIX: delete every key of
+                           the job (and the gateway's bookkeeping keys) in one
+                           etcd transaction, print "deleted N keys", exit 0
+                           (3 if etcd is unreachable). Run it when the job is
+                           over; it does not start a server.
+)";
+}
+
+// The backend chosen by --backend; null means the in-memory one
+// (Server::start). Exits through `exit_code` when it cannot be built.
+struct BackendChoice {
+  std::string spec = "memory";
+  bool delete_prefix = false;
+};
+
+// Builds the backend of `choice` for `opts`. On failure returns null and
+// sets `exit_code`; for --delete-prefix does the deletion and sets
+// `exit_code` too (nothing to serve).
+std::unique_ptr<tcpstore::store::Backend> makeBackend(
+    const BackendChoice& choice, const tcpstore::ServerOptions& opts,
+    std::optional<int>& exit_code) {
+  const bool is_etcd =
+      std::string_view(choice.spec).substr(0, kEtcdScheme.size()) ==
+      kEtcdScheme;
+  if (choice.spec == "memory") {
+    if (choice.delete_prefix) {
+      exit_code = usageError("--delete-prefix needs --backend etcd://...");
+    }
+    return nullptr;
+  }
+  if (!is_etcd) {
+    exit_code =
+        usageError(fmt::format("bad value for --backend: '{}' (memory or "
+                               "etcd://HOST:PORT[,...][/PREFIX])",
+                               choice.spec));
+    return nullptr;
+  }
+#ifdef TCPSTORE_WITH_ETCD
+  auto parsed = tcpstore::store::parseEtcdUrl(choice.spec);
+  if (!parsed) {
+    exit_code = usageError(
+        fmt::format("bad value for --backend: {}", parsed.error().message()));
+    return nullptr;
+  }
+  tcpstore::store::EtcdOptions eo = std::move(parsed).value();
+  const tcpstore::store::KeyspaceOptions ko =
+      tcpstore::server::keyspaceOptions(opts);
+  eo.max_value_bytes = ko.max_value_bytes;
+  eo.max_reply_bytes = ko.max_reply_bytes;
+  eo.log = [](std::string_view line) {
+    tcpstore::server::logLine(LogLevel::kWarn, line);
+  };
+  if (choice.delete_prefix) {
+    auto n = tcpstore::store::deleteJobKeys(eo);
+    if (!n) {
+      tcpstore::server::logLine(LogLevel::kError,
+                                fmt::format("cannot delete prefix '{}': {}",
+                                            eo.prefix, n.error().message()));
+      exit_code = kExitBind;
+    } else {
+      std::printf("deleted %lld keys under prefix '%s'\n",
+                  static_cast<long long>(n.value()), eo.prefix.c_str());
+      exit_code = kExitOk;
+    }
+    return nullptr;
+  }
+  tcpstore::store::EtcdOptions probe = eo;
+  probe.op_timeout = std::chrono::milliseconds(5000);
+  if (tcpstore::Status st = tcpstore::store::checkEtcd(probe); !st.isOk()) {
+    tcpstore::server::logLine(
+        LogLevel::kError,
+        fmt::format("cannot start: {} ({})", st.message(), choice.spec));
+    exit_code = kExitBind;
+    return nullptr;
+  }
+  return std::make_unique<tcpstore::store::EtcdBackend>(std::move(eo));
+#else
+  (void)opts;
+  exit_code = usageError(
+      "--backend etcd:// is not built in (configure with -DTCPSTORE_ETCD=ON "
+      "and libgrpc++-dev, protobuf-compiler-grpc, golang-etcd-server-dev)");
+  return nullptr;
+#endif
+}
+// ---- end --backend --------------------------------------------------------
 
 // The help text; defaults come from ServerOptions, the one copy of them.
 std::string usage() {
@@ -71,7 +191,7 @@ dialect is detected per connection).
 Prints "listening on HOST:PORT" on stdout once it accepts connections.
 SIGUSR1 prints the counters to stderr; SIGINT/SIGTERM stop cleanly.
 Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen.
-)",
+{backend})",
                      fmt::arg("port", d.port), fmt::arg("key", l.max_key_bytes),
                      fmt::arg("value", l.max_value_bytes),
                      fmt::arg("keys", l.max_keys_per_request),
@@ -81,7 +201,8 @@ Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen.
                      fmt::arg("stall", l.stalled_reader_ms),
                      fmt::arg("partial", l.partial_request_ms),
                      fmt::arg("memory", l.max_memory_bytes),
-                     fmt::arg("level", d.log_level));
+                     fmt::arg("level", d.log_level),
+                     fmt::arg("backend", backendUsage()));
 }
 
 int usageError(const std::string& msg) {
@@ -106,6 +227,7 @@ std::optional<T> parseNumber(std::string_view s) {
 int main(int argc, char** argv) {
   tcpstore::ServerOptions opts;
   bool port_given = false;
+  BackendChoice backend_choice;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view value;
@@ -194,6 +316,13 @@ int main(int argc, char** argv) {
             "bad value for --log-level: '{}' (error|warn|info|debug)", *v));
       }
       opts.log_level = std::string(*v);
+    } else if (arg == "--backend") {
+      auto v = takeValue(arg);
+      if (!v) return usageError("option --backend needs a value");
+      backend_choice.spec = std::string(*v);
+    } else if (arg == "--delete-prefix") {
+      if (has_inline) return usageError("--delete-prefix takes no value");
+      backend_choice.delete_prefix = true;
     } else {
       return usageError(fmt::format("unknown option '{}'", argv[i]));
     }
@@ -210,7 +339,13 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  auto started = tcpstore::Server::start(opts);
+  std::optional<int> backend_exit;
+  std::unique_ptr<tcpstore::store::Backend> backend =
+      makeBackend(backend_choice, opts, backend_exit);
+  if (backend_exit) return *backend_exit;
+  auto started = backend
+                     ? tcpstore::server::startServer(opts, std::move(backend))
+                     : tcpstore::Server::start(opts);
   if (!started) {
     tcpstore::Status st = started.error();
     tcpstore::server::logLine(LogLevel::kError,

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Figures for bench/README.md "etcd gateway": starts a 3-member etcd (gateway.py's fixture), one
+`tcpstore-server --backend etcd://` and one in-memory tcpstore-server, and runs the same
+tcpstore-bench scenarios against each, REPS times (medians are read off by hand).
+
+  compat/interop/gateway_bench.py [BUILD_BIN_DIR] [REPS]
+"""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gateway  # noqa: E402
+import interop  # noqa: E402
+
+BIN = sys.argv[1] if len(sys.argv) > 1 else "build/bin"
+REPS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+SCENARIOS = [
+    ["rendezvous", "--dialect", "2.x", "--ranks", "4096", "--barrier", "2.x"],
+    ["ops", "--op", "get", "--clients", "1", "--seconds", "3"],
+    ["ops", "--op", "set", "--clients", "1", "--seconds", "3"],
+    ["ops", "--op", "add", "--clients", "1", "--seconds", "3"],
+]
+
+
+def main():
+    cluster = gateway.EtcdCluster("/usr/bin/etcd")
+    servers = []
+    try:
+        servers = [("gateway", gateway.gateway(f"{BIN}/tcpstore-server", cluster.url("bench"))),
+                   ("memory", interop.Server([f"{BIN}/tcpstore-server", "--log-level", "warn"],
+                                             counters=True))]
+        for label, srv in servers:
+            for sc in SCENARIOS:
+                for _ in range(REPS):
+                    args = [sc[0], "--addr", f"127.0.0.1:{srv.port}", *sc[1:], "--timeout", "60"]
+                    r = subprocess.run([f"{BIN}/tcpstore-bench", *args], capture_output=True,
+                                       text=True, timeout=90)
+                    print(f"{label}: {r.stdout.strip() or r.stderr.strip()}", flush=True)
+    finally:
+        for _, srv in servers:
+            srv.stop()
+        interop.kill_all()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
