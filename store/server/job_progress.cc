@@ -193,6 +193,9 @@ void JobProgress::logStall(std::uint64_t now, Job& j) {
     if (more > 0) line += fmt::format(" and {} more", more);
   }
   emit(LogLevel::kWarn, line);
+  j.logged = j.joined;  // the line carries the latest count
+  j.logged_ms = now;
+  j.deferred = false;
 }
 
 std::uint64_t JobProgress::due(std::uint64_t /*now*/) const noexcept {
