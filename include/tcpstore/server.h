@@ -66,6 +66,9 @@ struct ServerOptions {
   // Reuse a running server of this process on the same port (torch's
   // multi_tenant). port 0 never matches.
   bool multi_tenant = false;
+  // tcpstore:// jobs: no new rank for this long (ms) logs the job's missing
+  // ranks (then every 30 s while it is incomplete).
+  std::uint64_t job_stall_ms = 10000;
   ServerLimits limits;
   // COMPARE_SET that stores a value wakes that key's waiters (libuv backend
   // behaviour). false reproduces the classic servers, which leave them hanging.

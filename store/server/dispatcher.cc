@@ -17,8 +17,18 @@ constexpr std::size_t kKeepEffectsBytes = 64 * 1024;
 }  // namespace
 
 Dispatcher::Dispatcher(Connections& conns, Backend& backend, Counters& ctr,
-                       const Logger& log, std::int64_t world_size)
-    : conns_(conns), backend_(backend), ctr_(ctr), log_(log) {
+                       const Logger& log, std::int64_t world_size,
+                       std::uint64_t job_stall_ms)
+    : conns_(conns),
+      backend_(backend),
+      ctr_(ctr),
+      log_(log),
+      jobs_([&log](LogLevel l, std::string_view line) { log.log(l, line); },
+            [job_stall_ms] {
+              JobProgress::Limits l;
+              l.stall_ms = job_stall_ms;
+              return l;
+            }()) {
   if (world_size > 0) join_.emplace(log, world_size);
 }
 
@@ -29,6 +39,9 @@ Status Dispatcher::open(LoopHandles& handles) {
     if (!t) return t.error();
     join_timer_ = *t;
   }
+  auto t = handles.addTimer(this);
+  if (!t) return t.error();
+  job_timer_ = *t;
   return backend_.open(*this, loop_);
 }
 
@@ -56,6 +69,7 @@ void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
     rejectRequest(c, req.command, r.error());
     return;
   }
+  if (JobProgress::concerns(req)) noteJob(req);
   if (*r == Backend::Outcome::kPending) {
     // Not pending any more: the backend completed it inside submit().
     if (c.pending()) pending_[c.id()] = Pending{req.command, join};
@@ -226,6 +240,19 @@ void Dispatcher::noteJoin(std::int64_t count, const Effects& fx,
 void Dispatcher::onJoinTimer(uv_timer_t* timer) noexcept {
   auto* d = static_cast<Dispatcher*>(timer->data);
   d->join_->onTimer(uv_now(d->loop_));
+}
+
+// ---- tcpstore:// jobs ------------------------------------------------------
+
+void Dispatcher::noteJob(const protocol::Request& req) noexcept {
+  const std::uint64_t wait = jobs_.note(uv_now(loop_), req);
+  if (wait > 0) uv_timer_start(job_timer_, &Dispatcher::onJobTimer, wait, 0);
+}
+
+void Dispatcher::onJobTimer(uv_timer_t* timer) noexcept {
+  auto* d = static_cast<Dispatcher*>(timer->data);
+  const std::uint64_t wait = d->jobs_.onTimer(uv_now(d->loop_));
+  if (wait > 0) uv_timer_start(timer, &Dispatcher::onJobTimer, wait, 0);
 }
 
 }  // namespace tcpstore::server

@@ -1,7 +1,8 @@
 // Dispatcher: each decoded request goes to the Backend; the Effects it
 // returns are routed to the connections' outboxes. Counts requests per
 // command, turns a failed request into a closed connection (with its
-// reason and counter), and logs "joined K/N" progress.
+// reason and counter), and logs "joined K/N" progress: torch's "init/"
+// counter (--world-size) and tcpstore:// jobs (job_progress.h).
 //
 // The dispatcher knows the backend only through store::Backend and is its
 // store::BackendHost. A request the backend leaves pending stops its
@@ -23,6 +24,7 @@
 #include "store/backend.h"
 #include "store/server/connections.h"
 #include "store/server/counters.h"
+#include "store/server/job_progress.h"
 #include "store/server/log.h"
 #include "store/server/loop_handles.h"
 
@@ -31,8 +33,11 @@ namespace tcpstore::server {
 class Dispatcher final : public RequestHandler, public store::BackendHost {
  public:
   // world_size > 0 logs join progress of torch's "init/" counter.
+  // job_stall_ms: no new rank for this long logs a tcpstore:// job's
+  // missing ranks (JobProgress::Limits::stall_ms).
   Dispatcher(Connections& conns, store::Backend& backend, Counters& ctr,
-             const Logger& log, std::int64_t world_size);
+             const Logger& log, std::int64_t world_size,
+             std::uint64_t job_stall_ms = JobProgress::Limits{}.stall_ms);
 
   // Adds the dispatcher's loop handles and opens the backend.
   Status open(LoopHandles& handles);
@@ -67,6 +72,8 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   void noteJoin(std::int64_t count, const store::Effects& fx,
                 store::ConnId conn) noexcept;
   static void onJoinTimer(uv_timer_t* timer) noexcept;
+  void noteJob(const protocol::Request& req) noexcept;
+  static void onJobTimer(uv_timer_t* timer) noexcept;
   void leaveDispatch() noexcept;
 
   Connections& conns_;
@@ -79,6 +86,8 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   std::unordered_map<store::ConnId, Pending> pending_;
   std::optional<JoinProgress> join_;
   uv_timer_t* join_timer_ = nullptr;
+  JobProgress jobs_;
+  uv_timer_t* job_timer_ = nullptr;
   uv_loop_t* loop_ = nullptr;
 };
 

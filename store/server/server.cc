@@ -56,7 +56,7 @@ struct Server::Impl final : server::AcceptHandler {
         backend(std::move(b)),
         conns(server::protocolLimits(o.limits), server::outputLimits(o.limits),
               ctr, log),
-        dispatcher(conns, *backend, ctr, log, o.world_size),
+        dispatcher(conns, *backend, ctr, log, o.world_size, o.job_stall_ms),
         listener(handles, ctr, log, *this) {}
 
   static Result<std::shared_ptr<Server>> start(
