@@ -9,13 +9,27 @@ file(GET_RUNTIME_DEPENDENCIES
   LIBRARIES ${LIBS}
   RESOLVED_DEPENDENCIES_VAR deps
   UNRESOLVED_DEPENDENCIES_VAR missing
+  CONFLICTING_DEPENDENCIES_PREFIX conflict
   PRE_EXCLUDE_REGEXES
     "^(libc|libm|libdl|librt|libpthread|libutil|libresolv|libstdc\\+\\+|libgcc_s|ld-linux[^/]*|linux-vdso)\\.so.*"
     "^libtcpstore\\.so.*")
 if(missing)
   message(FATAL_ERROR "bundle_libs: unresolved: ${missing}")
 endif()
+# After a first run the run path also finds the copies in DEST: take the system's file.
+foreach(name IN LISTS conflict_FILENAMES)
+  foreach(path IN LISTS conflict_${name})
+    if(NOT path MATCHES "/\\.\\./lib/" AND NOT path MATCHES "^${DEST}/")
+      list(APPEND deps "${path}")
+      break()
+    endif()
+  endforeach()
+endforeach()
 foreach(dep IN LISTS deps)
   get_filename_component(name "${dep}" NAME)
-  configure_file("${dep}" "${DEST}/${name}" COPYONLY)
+  get_filename_component(dir "${dep}" REALPATH)
+  get_filename_component(dest_real "${DEST}/${name}" REALPATH)
+  if(NOT dir STREQUAL dest_real)
+    configure_file("${dep}" "${DEST}/${name}" COPYONLY)
+  endif()
 endforeach()
