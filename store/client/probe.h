@@ -70,7 +70,8 @@ class Capabilities {
   // support is unknown (queuePush then adds a PING to learn the outcome).
   // Returns nullopt if the server lacks the feature: known before, or learnt
   // now because op failed with kClosed while support was unknown and
-  // still_up() (a fresh connection works). Otherwise op's outcome; success
+  // still_up() (a fresh connection works), or because a concurrent probe
+  // learnt it while this op ran. Otherwise op's outcome; success
   // (or, for BARRIER, a timeout) records the feature as present.
   template <typename Op, typename StillUp>
   auto probed(Feature f, Op&& op, StillUp&& still_up)
@@ -82,9 +83,14 @@ class Capabilities {
     const Status s = statusOf(outcome);
     if (s || (s.isTimeout() && info(f).timeout_proves)) {
       state = kPresent;
-    } else if (s.isClosed() && state.load() == kUnknown && still_up()) {
-      state = kAbsent;
-      return std::nullopt;
+    } else if (s.isClosed() && before == kUnknown) {
+      // Concurrent probes: another one may have learnt the answer while this
+      // one ran; a close then means the same thing for this one.
+      const auto now = static_cast<Support>(state.load());
+      if (now == kAbsent || (now == kUnknown && still_up())) {
+        state = kAbsent;
+        return std::nullopt;
+      }
     }
     return outcome;
   }
