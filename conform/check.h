@@ -23,17 +23,28 @@ class Ctx;
 enum class Group { kWire, kSemantics, kBlocking, kIsolation, kExtensions };
 std::string_view groupName(Group g) noexcept;
 
-// The reference behaviours a server can be judged against.
-enum class Profile { kTorch113 = 0, kTorch26, kTorch214, kTcpstore };
-inline constexpr std::size_t kProfileCount = 4;
+// The reference behaviours a server can be judged against. The first
+// kTableProfiles have a column in every check's Expect; the others are
+// derived from one of those columns (profile.cc).
+enum class Profile {
+  kTorch113 = 0,
+  kTorch26,
+  kTorch214,
+  kTcpstore,
+  kTcpstoreGateway,  // tcpstore-server --backend etcd://: kTcpstore's column
+                     // minus the features the gateway does not serve
+};
+inline constexpr std::size_t kTableProfiles = 4;
+inline constexpr std::size_t kProfileCount = 5;
 std::string_view profileName(Profile p) noexcept;
 
 // Which dialect a check speaks: a fixed one, or the server's main dialect
 // (2.x if the profile speaks it, else 1.13), or both at once.
 enum class Speaks { kV113, kV2, kMain, kBoth };
 
-// Expected behaviour per profile, indexed by Profile; nullptr = not required.
-using Expect = std::array<const char*, kProfileCount>;
+// Expected behaviour per table profile, indexed by Profile; nullptr = not
+// required. Read it through expected(), which also answers derived profiles.
+using Expect = std::array<const char*, kTableProfiles>;
 // clang-format off
 inline constexpr Expect kAllOk   = {"ok", "ok", "ok", "ok"};
 inline constexpr Expect kV2Ok    = {nullptr, "ok", "ok", "ok"};
@@ -69,6 +80,13 @@ struct Check {
   ::tcpstore::conform::Check {                                              \
     id, title, ref, group, speaks, expect, fn, file, __LINE__               \
   }
+
+// The behaviour profile `p` requires of `c`, or nullptr if it requires none.
+// Derived profiles answer from their base column and their exception list.
+const char* expected(const Check& c, Profile p) noexcept;
+// Why a derived profile does not require `c` (its exception entry), or
+// nullptr if it has none.
+const char* exceptionReason(const Check& c, Profile p) noexcept;
 
 std::vector<Check> wireChecks();
 std::vector<Check> semanticsChecks();

@@ -1,7 +1,8 @@
 // tcpstore-conform: judges a c10d TCPStore server through its socket only.
 //
 //   tcpstore-conform --addr HOST:PORT [--dialect 1.13|2.x|both]
-//       [--profile torch-1.13|torch-2.6|torch-2.14|tcpstore] [--only GROUP]
+//       [--profile torch-1.13|torch-2.6|torch-2.14|tcpstore|tcpstore-gateway]
+//       [--only GROUP]
 //       [--json FILE] [--name NAME] [--timeout-ms N] [--list]
 //   tcpstore-conform --server-cmd "CMD {port}" [same options]
 //
@@ -30,7 +31,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: tcpstore-conform (--addr HOST:PORT | --server-cmd \"CMD {port}\")\n"
     "         [--dialect 1.13|2.x|both] "
-    "[--profile torch-1.13|torch-2.6|torch-2.14|tcpstore]\n"
+    "[--profile torch-1.13|torch-2.6|torch-2.14|tcpstore|\n"
+    "         tcpstore-gateway]\n"
     "         [--only wire|semantics|blocking|isolation|extensions] [--json "
     "FILE]\n"
     "         [--name NAME] [--timeout-ms N] [--start-timeout-s N] [--list]\n";

@@ -96,7 +96,7 @@ std::string jsonReport(const RunReport& rep) {
     c["ms"] = static_cast<long long>(r.ms);
     nlohmann::json exp;
     for (std::size_t i = 0; i < kProfileCount; ++i) {
-      const char* e = r.check->expect[i];
+      const char* e = expected(*r.check, static_cast<Profile>(i));
       exp[std::string(profileName(static_cast<Profile>(i)))] =
           e ? nlohmann::json(e) : nlohmann::json(nullptr);
     }

@@ -7,8 +7,13 @@
 namespace tcpstore::conform {
 namespace {
 
+// Ours (in memory or through a gateway) speaks both dialects on one port.
+bool speaksBoth(Profile p) {
+  return p == Profile::kTcpstore || p == Profile::kTcpstoreGateway;
+}
+
 bool profileSpeaks(Profile p, Dialect d) {
-  if (p == Profile::kTcpstore) return true;
+  if (speaksBoth(p)) return true;
   return (p == Profile::kTorch113) == (d == Dialect::kV113);
 }
 
@@ -19,7 +24,7 @@ bool speaksOk(Profile p, Speaks s) {
     case Speaks::kV2:
       return profileSpeaks(p, Dialect::kV2);
     case Speaks::kBoth:
-      return p == Profile::kTcpstore;
+      return speaksBoth(p);
     case Speaks::kMain:
       return true;
   }
@@ -85,6 +90,8 @@ std::string_view profileName(Profile p) noexcept {
       return "torch-2.14";
     case Profile::kTcpstore:
       return "tcpstore";
+    case Profile::kTcpstoreGateway:
+      return "tcpstore-gateway";
   }
   return "?";
 }
@@ -114,7 +121,7 @@ std::vector<Check> allChecks() {
 
 void judge(CheckResult& r, Profile p) {
   const Check& c = *r.check;
-  const char* want = c.expect[static_cast<std::size_t>(p)];
+  const char* want = expected(c, p);
   r.expected = want ? want : "";
   r.note.clear();
   if (!r.ran) {
@@ -126,8 +133,9 @@ void judge(CheckResult& r, Profile p) {
   const std::string& got = r.observed.behaviour;
   if (want == nullptr || !speaksOk(p, c.speaks)) {
     r.verdict = Verdict::kUnsupported;
-    r.note =
-        fmt::format("not required by {}; observed {}", profileName(p), got);
+    const char* why = exceptionReason(c, p);
+    r.note = fmt::format("not required by {}{}{}; observed {}", profileName(p),
+                         why ? ": " : "", why ? why : "", got);
     return;
   }
   if (got == want) {
@@ -136,7 +144,8 @@ void judge(CheckResult& r, Profile p) {
   }
   std::string like;
   for (std::size_t i = 0; i < kProfileCount; ++i) {
-    if (got != "fail" && c.expect[i] != nullptr && got == c.expect[i]) {
+    const char* other = expected(c, static_cast<Profile>(i));
+    if (got != "fail" && other != nullptr && got == other) {
       like += fmt::format("{}{}", like.empty() ? "" : ", ",
                           profileName(static_cast<Profile>(i)));
     }
