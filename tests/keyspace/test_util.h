@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "protocol/message.h"
+#include "protocol/requests.h"
 #include "protocol/wire.h"
 #include "store/keyspace.h"
 #include "tests/support/hex.h"
@@ -73,33 +74,18 @@ inline std::string expect(
 }
 
 // ---- request builders (views must outlive the apply call) ------------------
-inline Request req(Command c) {
-  Request r;
-  r.command = c;
-  return r;
-}
+// The single-key builders are the library's own (protocol/requests.h); the
+// key-list ones below take views, so a test can build them from literals.
+inline Request req(Command c) { return protocol::requests::of(c); }
 inline Request keyReq(Command c, std::string_view key) {
-  Request r = req(c);
-  r.key = key;
-  return r;
+  return protocol::requests::keyed(c, key);
 }
-inline Request set(std::string_view k, std::string_view v) {
-  Request r = keyReq(Command::kSet, k);
-  r.value = v;
-  return r;
-}
-inline Request get(std::string_view k) { return keyReq(Command::kGet, k); }
-inline Request add(std::string_view k, std::int64_t delta) {
-  Request r = keyReq(Command::kAdd, k);
-  r.number = delta;
-  return r;
-}
+using protocol::requests::add;
+using protocol::requests::get;
+using protocol::requests::set;
 inline Request cas(std::string_view k, std::string_view expected,
                    std::string_view desired) {
-  Request r = keyReq(Command::kCompareSet, k);
-  r.value = expected;
-  r.desired = desired;
-  return r;
+  return protocol::requests::compareSet(k, expected, desired);
 }
 inline Request keysReq(Command c, std::vector<std::string_view> keys) {
   Request r = req(c);
