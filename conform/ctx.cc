@@ -6,6 +6,7 @@
 
 #include "protocol/codec.h"
 #include "protocol/limits.h"
+#include "protocol/requests.h"
 
 namespace tcpstore::conform {
 namespace {
@@ -27,10 +28,6 @@ std::string encode(Dialect d, const protocol::Request& r) {
                      static_cast<int>(r.command)));
   }
   return out;
-}
-
-std::vector<std::string_view> views(const std::vector<std::string>& v) {
-  return {v.begin(), v.end()};
 }
 
 }  // namespace
@@ -179,135 +176,69 @@ void Ctx::expectAlive(std::string_view after) {
 }
 
 namespace req {
+// The requests are the library's own builders (protocol/requests.h); what is
+// judged is the bytes the server sends back.
+namespace R = protocol::requests;
 using protocol::Command;
 using protocol::Request;
 
 std::string validate(std::uint32_t magic) {
-  Request r;
-  r.command = Command::kValidate;
-  r.u32 = magic;
+  Request r = R::of(Command::kValidate);
+  r.u32 = magic;  // a check may send a wrong magic
   return encode(Dialect::kV2, r);
 }
 std::string ping(std::uint32_t nonce) {
-  Request r;
-  r.command = Command::kPing;
-  r.u32 = nonce;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::ping(nonce));
 }
 std::string set(Dialect d, std::string_view k, std::string_view v) {
-  Request r;
-  r.command = Command::kSet;
-  r.key = k;
-  r.value = v;
-  return encode(d, r);
+  return encode(d, R::set(k, v));
 }
 std::string get(Dialect d, std::string_view k) {
-  Request r;
-  r.command = Command::kGet;
-  r.key = k;
-  return encode(d, r);
+  return encode(d, R::get(k));
 }
 std::string add(Dialect d, std::string_view k, std::int64_t delta) {
-  Request r;
-  r.command = Command::kAdd;
-  r.key = k;
-  r.number = delta;
-  return encode(d, r);
+  return encode(d, R::add(k, delta));
 }
 std::string compareSet(Dialect d, std::string_view k, std::string_view expected,
                        std::string_view desired) {
-  Request r;
-  r.command = Command::kCompareSet;
-  r.key = k;
-  r.value = expected;
-  r.desired = desired;
-  return encode(d, r);
+  return encode(d, R::compareSet(k, expected, desired));
 }
 std::string check(Dialect d, const std::vector<std::string>& keys) {
-  Request r;
-  r.command = Command::kCheck;
-  r.keys = views(keys);
-  return encode(d, r);
+  return encode(d, R::check(keys));
 }
 std::string wait(Dialect d, const std::vector<std::string>& keys) {
-  Request r;
-  r.command = Command::kWait;
-  r.keys = views(keys);
-  return encode(d, r);
+  return encode(d, R::wait(keys));
 }
-std::string numKeys(Dialect d) {
-  Request r;
-  r.command = Command::kGetNumKeys;
-  return encode(d, r);
-}
+std::string numKeys(Dialect d) { return encode(d, R::numKeys()); }
 std::string del(Dialect d, std::string_view k) {
-  Request r;
-  r.command = Command::kDeleteKey;
-  r.key = k;
-  return encode(d, r);
+  return encode(d, R::deleteKey(k));
 }
 std::string watch(std::string_view k) {
-  Request r;
-  r.command = Command::kWatchKey;
-  r.key = k;
-  return encode(Dialect::kV113, r);
+  return encode(Dialect::kV113, R::keyed(Command::kWatchKey, k));
 }
 std::string append(std::string_view k, std::string_view v) {
-  Request r;
-  r.command = Command::kAppend;
-  r.key = k;
-  r.value = v;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::append(k, v));
 }
 std::string multiGet(const std::vector<std::string>& keys) {
-  Request r;
-  r.command = Command::kMultiGet;
-  r.keys = views(keys);
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::multiGet(keys));
 }
 std::string multiSet(const std::vector<std::string>& keys,
                      const std::vector<std::string>& values) {
-  Request r;
-  r.command = Command::kMultiSet;
-  r.keys = views(keys);
-  r.values = views(values);
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::multiSet(keys, values));
 }
-std::string cancelWait() {
-  Request r;
-  r.command = Command::kCancelWait;
-  return encode(Dialect::kV2, r);
-}
+std::string cancelWait() { return encode(Dialect::kV2, R::cancelWait()); }
 std::string queuePush(std::string_view k, std::string_view v) {
-  Request r;
-  r.command = Command::kQueuePush;
-  r.key = k;
-  r.value = v;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::queuePush(k, v));
 }
 std::string queuePop(std::string_view k) {
-  Request r;
-  r.command = Command::kQueuePop;
-  r.key = k;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::queuePop(k));
 }
 std::string queueLen(std::string_view k) {
-  Request r;
-  r.command = Command::kQueueLen;
-  r.key = k;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::queueLen(k));
 }
-std::string listKeys() {
-  Request r;
-  r.command = Command::kListKeys;
-  return encode(Dialect::kV2, r);
-}
+std::string listKeys() { return encode(Dialect::kV2, R::listKeys()); }
 std::string barrier(std::string_view k, std::int64_t world_size) {
-  Request r;
-  r.command = Command::kBarrier;
-  r.key = k;
-  r.number = world_size;
-  return encode(Dialect::kV2, r);
+  return encode(Dialect::kV2, R::barrier(k, world_size));
 }
 }  // namespace req
 
