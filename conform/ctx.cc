@@ -193,9 +193,7 @@ std::string ping(std::uint32_t nonce) {
 std::string set(Dialect d, std::string_view k, std::string_view v) {
   return encode(d, R::set(k, v));
 }
-std::string get(Dialect d, std::string_view k) {
-  return encode(d, R::get(k));
-}
+std::string get(Dialect d, std::string_view k) { return encode(d, R::get(k)); }
 std::string add(Dialect d, std::string_view k, std::int64_t delta) {
   return encode(d, R::add(k, delta));
 }
