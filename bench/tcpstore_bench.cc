@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/init_scenarios.h"
 #include "bench/scenarios.h"
 
 namespace {
@@ -36,6 +37,8 @@ modes:
   ops         --op set|get|add|mix|echo [--clients C] [--pipeline D] [--idle K]
               [--seconds T] [--warmup S] [--keys N] [--value-bytes B]
   memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
+  nccl-scalable-init | gloo-mesh | heartbeat   --ranks N [--seconds T] [--echo-floor]
+              torch 2.x init load (bench/init_scenarios.h); heartbeat holds --seconds
 
 common options:
   --addr HOST:PORT    server address (default 127.0.0.1:29500; ignored by ops --op echo)
@@ -81,7 +84,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 64 : 0;
   }
   const std::string mode = argv[1];
-  if (mode != "rendezvous" && mode != "ops" && mode != "memory") {
+  tcpstore::bench::InitScenario init_scenario{};
+  const bool init_mode =
+      tcpstore::bench::parseInitScenario(mode, init_scenario);
+  if (mode != "rendezvous" && mode != "ops" && mode != "memory" && !init_mode) {
     return usageError("unknown mode '" + mode + "'");
   }
   CommonOptions common;
@@ -207,7 +213,7 @@ int main(int argc, char** argv) {
   }
   const std::uint64_t fds = tcpstore::bench::raiseFdLimit();
   const std::uint64_t need =
-      mode == "rendezvous"
+      mode == "rendezvous" || init_mode
           ? static_cast<std::uint64_t>(rdv.ranks) *
                 static_cast<std::uint64_t>(
                     rdv.conns_per_rank ? rdv.conns_per_rank : 2)
@@ -228,6 +234,10 @@ int main(int argc, char** argv) {
     }
   }
   if (mode == "rendezvous") return tcpstore::bench::runRendezvous(common, rdv);
+  if (init_mode) {
+    return tcpstore::bench::runInit(
+        common, {init_scenario, rdv.ranks, ops.seconds, rdv.echo_floor, 128});
+  }
   if (mode == "ops") return tcpstore::bench::runOps(common, ops);
   return tcpstore::bench::runMemory(common, mem);
 }
