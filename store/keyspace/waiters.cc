@@ -1,5 +1,7 @@
 #include "store/keyspace/waiters.h"
 
+#include <algorithm>
+
 #include "protocol/wire.h"
 #include "store/keyspace/numeric.h"
 
@@ -57,6 +59,11 @@ void Waiters::addWait(ConnId conn, bool barrier, std::int64_t world_size,
     l.wait = w.get();
     l.regs = kr;
     kr->waits.pushBack(&l);
+    if (barrier) {
+      kr->barrier_min = std::min(kr->barrier_min, world_size);
+    } else {
+      ++kr->plain_links;
+    }
   }
   bytes_ += sizeof(Wait) + keys.size() * sizeof(WaitLink);
   cs.num_links += keys.size();
@@ -80,6 +87,7 @@ void Waiters::addWatch(ConnId conn, std::string_view key) {
 
 void Waiters::unlink(WaitLink& l) noexcept {
   if (l.regs == nullptr) return;
+  if (!l.wait->barrier) --l.regs->plain_links;
   l.regs->waits.remove(&l);
   l.regs = nullptr;
 }
@@ -146,6 +154,14 @@ void Waiters::wakeKey(KeyRegs* kr, const std::string& value, WakeMode mode,
   bool parsed = false;
   bool numeric = false;
   std::int64_t counter = 0;
+  if (mode == WakeMode::kWrite && kr->plain_links == 0) {
+    // Only barrier waits: none goes before the counter reaches the
+    // smallest world size among them.
+    parsed = true;
+    numeric = parseLikeStoll(value, counter);
+    if (!numeric || counter < kr->barrier_min) return;
+  }
+  std::int64_t barrier_min = INT64_MAX;  // over the barrier waits that stay
   for (WaitLink* l = kr->waits.front(); l != nullptr;) {
     // `next` is never a link of the same wait (its keys are distinct), so
     // releasing `w` leaves it valid.
@@ -167,6 +183,8 @@ void Waiters::wakeKey(KeyRegs* kr, const std::string& value, WakeMode mode,
       if (go) {
         unlink(*l);
         release(w, fx);
+      } else {
+        barrier_min = std::min(barrier_min, w->world_size);
       }
     } else {
       unlink(*l);
@@ -174,6 +192,7 @@ void Waiters::wakeKey(KeyRegs* kr, const std::string& value, WakeMode mode,
     }
     l = next;
   }
+  kr->barrier_min = barrier_min;
 }
 
 void Waiters::afterWrite(KeyRegs* kr, std::string_view key,

@@ -58,9 +58,18 @@ struct Watch {
 };
 
 // Registrations on one key; erased when both lists are empty.
+//
+// A write of a key that only barrier waits wait on releases nothing unless
+// the counter reached the smallest world size among them, so such a write
+// skips the list: BARRIER arrivals 1..N-1 on one key cost O(1) each, not
+// O(waiters) (N^2/2 wait visits for one N-rank barrier otherwise).
 struct KeyRegs {
   List<WaitLink, &WaitLink::hook> waits;
   List<Watch, &Watch::key_hook> watches;
+  std::size_t plain_links = 0;  // linked links of plain waits (live or dead)
+  // <= the world size of every live barrier wait linked here (a lower
+  // bound: exact after each scan of the list, lowered by each new one).
+  std::int64_t barrier_min = INT64_MAX;
 };
 
 // Registrations of one connection.

@@ -601,6 +601,52 @@ TEST_CASE("CANCEL_WAIT and disconnect cancel barrier waits") {
   CHECK(h.run(3, barrier("/b", 3)) == expect({{3, u8(0)}}));
 }
 
+// Writes of a key that only barrier waits wait on skip the list until the
+// counter reaches the smallest world size among them: these pin that the
+// skip never keeps a wait that should go.
+TEST_CASE("BARRIER waits of different world sizes on one key") {
+  Harness h;
+  REQUIRE(h.run(1, barrier("/m", 5)).empty());  // counter 1
+  REQUIRE(h.run(2, barrier("/m", 3)).empty());  // counter 2
+  CHECK(h.run(9, add("/m", 1)) == expect({{9, i64(3)}, {2, u8(0)}}));
+  CHECK(h.run(9, add("/m", 1)) == expect({{9, i64(4)}}));  // 1 needs 5
+  CHECK(h.run(9, add("/m", -3)) == expect({{9, i64(1)}}));
+  REQUIRE(h.run(3, barrier("/m", 3)).empty());  // counter 2: not complete
+  CHECK(h.ks.numPendingWaits() == 2);
+  CHECK(h.run(9, set("/m", "3")) == expect({{3, u8(0)}}));
+  CHECK(h.run(9, add("/m", 2)) == expect({{9, i64(5)}, {1, u8(0)}}));
+  CHECK(h.ks.numPendingWaits() == 0);
+}
+
+TEST_CASE("BARRIER: a disconnected waiter's smaller world size holds no one") {
+  Harness h;
+  REQUIRE(h.run(3, barrier("/s", 2)).empty());  // counter 1
+  h.ks.disconnect(3);
+  REQUIRE(h.run(4, barrier("/s", 10)).empty());  // counter 2, 3 is dead
+  CHECK(h.run(9, add("/s", 7)) == expect({{9, i64(9)}}));
+  CHECK(h.run(9, add("/s", 1)) == expect({{9, i64(10)}, {4, u8(0)}}));
+  // a plain wait beside barrier waits is woken by every write
+  REQUIRE(h.run(5, barrier("/p", 4)).empty());
+  REQUIRE(h.run(6, waitKeys({"/p", "/q"})).empty());  // /p present: /q only
+  CHECK(h.run(7, barrier("/q", 4)) == expect({{6, u8(0)}}));  // /q created
+  CHECK(h.ks.numPendingWaits() == 2);                         // 5 and 7
+  REQUIRE(h.run(8, waitKeys({"/q2"})).empty());
+  CHECK(h.run(9, add("/p", 2)) == expect({{9, i64(3)}}));
+  CHECK(h.run(9, add("/p", 1)) == expect({{9, i64(4)}, {5, u8(0)}}));
+}
+
+TEST_CASE("BARRIER of many ranks: nobody released before the last arrival") {
+  Harness h;
+  constexpr ConnId kRanks = 2000;
+  for (ConnId c = 1; c < kRanks; ++c) {
+    REQUIRE(h.run(c, barrier("/many", kRanks)).empty());
+  }
+  CHECK(h.ks.numPendingWaits() == kRanks - 1);
+  REQUIRE_FALSE(h.run(kRanks, barrier("/many", kRanks)).empty());
+  CHECK(h.fx.sends().size() == kRanks);  // its reply, then 1999 releases
+  CHECK(h.ks.numPendingWaits() == 0);
+}
+
 TEST_CASE("WATCH_KEY: registration and notifications per trigger") {
   using E = WatchEvent;
   Harness h;
