@@ -34,6 +34,15 @@ run rsrv113 rendezvous --dialect 1.13 --barrier server --ranks 64
 run get ops --op get --clients 2 --pipeline 2 --idle 16 --seconds 0.3 --warmup 0.1
 run mix113 ops --dialect 1.13 --op mix --clients 2 --pipeline 4 --seconds 0.3 --warmup 0.1
 run mem memory --keys 2000 --idle 8
+run nccl nccl-scalable-init --ranks 300
+run nccl113 nccl-scalable-init --dialect 1.13 --ranks 300
+run nccl_floor nccl-scalable-init --ranks 300 --echo-floor
+run gloo gloo-mesh --ranks 24
+run gloo_floor gloo-mesh --ranks 24 --echo-floor
+run hb heartbeat --ranks 64 --seconds 1
+run hb_floor heartbeat --ranks 64 --seconds 1 --echo-floor
+grep -q '"reply_bytes": 123900' "$TMP/nccl.json" || { echo "FAIL: nccl-scalable-init reply bytes"; exit 1; }
+grep -q '"checks": 64' "$TMP/hb.json" || { echo "FAIL: heartbeat did not answer 64 CHECKs"; exit 1; }
 grep -q '"keys": 2000' "$TMP/mem.json" || { echo "FAIL: memory did not store 2000 keys"; exit 1; }
 "${B[@]}" ops --op echo --seconds 0.3 --warmup 0.1 --quiet >"$TMP/echo.out" || { echo "FAIL: echo"; exit 1; }
 cat "$TMP/echo.out"
