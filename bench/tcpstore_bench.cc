@@ -215,8 +215,9 @@ int main(int argc, char** argv) {
   const std::uint64_t need =
       mode == "rendezvous" || init_mode
           ? static_cast<std::uint64_t>(rdv.ranks) *
-                static_cast<std::uint64_t>(
-                    rdv.conns_per_rank ? rdv.conns_per_rank : 2)
+                static_cast<std::uint64_t>(rdv.conns_per_rank
+                                               ? rdv.conns_per_rank
+                                               : (init_mode ? 1 : 2))
           : static_cast<std::uint64_t>(ops.idle) +
                 static_cast<std::uint64_t>(ops.clients);
   if (need + 16 > fds && !common.quiet) {
