@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/init_report.h"
 #include "bench/sized_echo.h"
 
 namespace tcpstore::bench {
@@ -128,6 +129,7 @@ class Init final : public ConnHandler, public TimerHandler {
   void connect(std::size_t i);
   void retry(std::size_t i);
   void step(std::size_t i);
+  void maybeStartHeartbeat();
   void heartbeatTick();
   void finish(std::size_t i);
   void fail(std::size_t i, const std::string& why);
@@ -258,13 +260,8 @@ void Init::step(std::size_t i) {
     }
     case InitScenario::kHeartbeat:
       r.phase = Phase::kReady;
-      if (++ready_ + failed_ == n_) {
-        connected_ns_ = nowNs();
-        hb_t0_ = connected_ns_ + 10 * kMs;
-        hb_total_ = static_cast<std::uint64_t>(
-            std::llround(static_cast<double>(n_) * opt_.seconds));
-        loop_.addTimer(hb_t0_, this, kTick << 32);
-      }
+      ++ready_;
+      maybeStartHeartbeat();
       return;
   }
 }
@@ -312,14 +309,19 @@ void Init::fail(std::size_t i, const std::string& why) {
   ++failed_;
   ++finished_;
   if (r.conn != nullptr) loop_.close(*r.conn);
-  if (opt_.scenario == InitScenario::kHeartbeat && !was_ready &&
-      ready_ + failed_ == n_ && hb_t0_ == 0) {
-    connected_ns_ = nowNs();
-    hb_t0_ = connected_ns_ + 10 * kMs;
-    hb_total_ = static_cast<std::uint64_t>(
-        std::llround(static_cast<double>(n_) * opt_.seconds));
-    loop_.addTimer(hb_t0_, this, kTick << 32);
+  if (opt_.scenario == InitScenario::kHeartbeat && !was_ready) {
+    maybeStartHeartbeat();
   }
+}
+
+// Once every rank is connected (or failed), the CHECKs start 10 ms later.
+void Init::maybeStartHeartbeat() {
+  if (ready_ + failed_ != n_ || hb_t0_ != 0) return;
+  connected_ns_ = nowNs();
+  hb_t0_ = connected_ns_ + 10 * kMs;
+  hb_total_ = static_cast<std::uint64_t>(
+      std::llround(static_cast<double>(n_) * opt_.seconds));
+  loop_.addTimer(hb_t0_, this, kTick << 32);
 }
 
 void Init::onConnected(Conn& c) {
@@ -451,82 +453,37 @@ int Init::run() {
   const double p99 = percentile(per_rank, 99) / 1e9;
   const double pmax =
       per_rank.empty() ? 0 : static_cast<double>(per_rank.back()) / 1e9;
-  const double cpu = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
-  const LoopStats& st = loop_.stats();
-  const std::uint64_t conn_errors = st.connect_errors + st.closed_by_peer;
-  const char* name = scenarioName(opt_.scenario);
-  std::string dialect_name(protocol::dialectName(dialect()));
-  // heartbeat figures
-  const double hb_window =
+  InitReport rep;
+  rep.name = scenarioName(opt_.scenario);
+  rep.dialect = protocol::dialectName(dialect());
+  rep.addr = common_.addr.text;
+  rep.echo_floor = opt_.echo_floor;
+  rep.ranks = n_;
+  rep.finished = finished;
+  rep.wall_s = wall;
+  rep.p50_s = p50;
+  rep.p99_s = p99;
+  rep.max_s = pmax;
+  rep.stats = loop_.stats();
+  rep.reply_bytes = reply_bytes_;
+  rep.bad_replies = bad_replies_;
+  rep.retries = retries_;
+  rep.failed = failed_;
+  rep.server_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
+  rep.generator_cpu_s = gen_cpu;
+  rep.first_error = first_error_;
+  rep.heartbeat = hb;
+  rep.seconds = opt_.seconds;
+  rep.checks = hb_replies_;
+  rep.connected_s =
+      connected_ns_ ? static_cast<double>(connected_ns_ - t0) / 1e9 : -1.0;
+  rep.hb_window_s =
       hb_end_ > hb_t0_ ? static_cast<double>(hb_end_ - hb_t0_) / 1e9 : 0;
-  const double hb_cpu =
+  rep.hb_server_cpu_s =
       hb_cpu0_ >= 0 && hb_cpu1_ >= 0 ? hb_cpu1_ - hb_cpu0_ : -1;
-  const double hb_pct =
-      hb_window > 0 && hb_cpu >= 0 ? 100.0 * hb_cpu / hb_window : std::nan("");
-  const double hb_pct_1k = hb_pct * 1000.0 / static_cast<double>(n_);
-  const double c50 = percentile(check_ns_, 50) / 1e3;
-  const double c99 = percentile(check_ns_, 99) / 1e3;
-  std::string extra;
-  if (hb) {
-    extra = fmt::format(
-        ", connected {:.3f} s, {} CHECKs in {:.2f} s, CHECK p50 {:.0f} us p99 "
-        "{:.0f} us, server cpu {:.2f}% ({:.3f}% per 1,000 ranks)",
-        connected_ns_ ? static_cast<double>(connected_ns_ - t0) / 1e9 : -1.0,
-        hb_replies_, hb_window, c50, c99, hb_pct, hb_pct_1k);
-  }
-  fmt::print(
-      "{} dialect={} ranks={}{}: {} wall {:.4f} s, rank p50 {:.4f} s p99 "
-      "{:.4f} s max {:.4f} s, {} requests, {} reply bytes, {} conn errors, {} "
-      "bad replies, {} retries, {} failed ranks, server cpu {}, generator cpu "
-      "{:.3f} s{}\n",
-      name, dialect_name, n_, opt_.echo_floor ? " (echo floor)" : "",
-      finished ? "finished" : "DID NOT FINISH", wall, p50, p99, pmax,
-      st.requests_sent, reply_bytes_, conn_errors, bad_replies_, retries_,
-      failed_, cpu >= 0 ? fmt::format("{:.3f} s", cpu) : std::string("n/a"),
-      gen_cpu, extra);
-  if (!first_error_.empty() && !common_.quiet)
-    fmt::print(stderr, "first error: {}\n", first_error_);
-  if (!common_.json_path.empty()) {
-    JsonObject j;
-    j.str("mode", name)
-        .str("addr", common_.addr.text)
-        .str("dialect", dialect_name)
-        .boolean("echo_floor", opt_.echo_floor)
-        .integer("ranks", static_cast<std::int64_t>(n_))
-        .boolean("finished", finished)
-        .num("timeout_s", common_.timeout_s)
-        .num("wall_s", wall)
-        .num("rank_p50_s", p50)
-        .num("rank_p99_s", p99)
-        .num("rank_max_s", pmax)
-        .integer("requests_sent", static_cast<std::int64_t>(st.requests_sent))
-        .integer("replies", static_cast<std::int64_t>(st.replies))
-        .integer("reply_bytes", static_cast<std::int64_t>(reply_bytes_))
-        .integer("conn_errors", static_cast<std::int64_t>(conn_errors))
-        .integer("protocol_errors",
-                 static_cast<std::int64_t>(st.protocol_errors))
-        .integer("bad_replies", static_cast<std::int64_t>(bad_replies_))
-        .integer("retries", static_cast<std::int64_t>(retries_))
-        .integer("ranks_failed", static_cast<std::int64_t>(failed_))
-        .integer("server_pid", common_.server_pid)
-        .num("server_cpu_s", cpu >= 0 ? cpu : std::nan(""))
-        .num("generator_cpu_s", gen_cpu)
-        .str("first_error", first_error_);
-    if (hb) {
-      j.num("seconds", opt_.seconds)
-          .integer("checks", static_cast<std::int64_t>(hb_replies_))
-          .num("hb_window_s", hb_window)
-          .num("hb_server_cpu_s", hb_cpu >= 0 ? hb_cpu : std::nan(""))
-          .num("server_cpu_pct", hb_pct)
-          .num("cpu_pct_per_1k_ranks", hb_pct_1k)
-          .num("check_p50_us", c50)
-          .num("check_p99_us", c99);
-    }
-    if (!writeFile(common_.json_path, j.text())) {
-      fmt::print(stderr, "cannot write {}\n", common_.json_path);
-      return 1;
-    }
-  }
+  rep.check_p50_us = percentile(check_ns_, 50) / 1e3;
+  rep.check_p99_us = percentile(check_ns_, 99) / 1e3;
+  if (!writeInitReport(rep, common_)) return 1;
   return finished ? (bad_replies_ == 0 ? 0 : 1) : 2;
 }
 
