@@ -4,9 +4,10 @@
 Starts build/bin/tcpstore-server on 127.0.0.1 port 0, then for DURATION
 seconds runs hostile connections (random bytes, valid prefixes cut at random
 points, random valid requests in both dialects including waits, watches,
-cancels and abrupt resets) while two well-behaved clients (one 1.13, one 2.x)
-keep writing and verifying their own keys with a per-reply deadline. Fails if
-a good client ever sees a wrong reply or waits longer than STALL_S for one,
+cancels and abrupt resets, relay-extension frames after the mux preamble)
+while two well-behaved clients (one 1.13, one 2.x) keep writing and
+verifying their own keys with a per-reply deadline. Fails if a good client
+ever sees a wrong reply or waits longer than STALL_S for one,
 if the server dies, or if SIGTERM does not give exit code 0.
 
 usage: garbage_blast.py SERVER_BINARY [DURATION_S] [SEED]
@@ -25,6 +26,7 @@ import time
 STALL_S = 5.0
 MAX_OPEN = 200
 MAGIC = b"\x00\xce\xf7\x85\x3c"
+MUX_PREAMBLE = b"\xffTSMUX\x00\x01"  # the relay extension (protocol/mux.h)
 
 
 def u64(n):
@@ -86,6 +88,31 @@ class Good:
         self.ops += 1
 
 
+def mux_frame(kind, channel, payload):
+    return struct.pack("<BII", kind, channel, len(payload)) + payload
+
+
+def random_mux_frames(rng):
+    """A relay's frames: mostly valid OPEN/REQUEST/CLOSE, some garbage."""
+    out, opened, nxt = [], [], 1
+    for _ in range(rng.randint(1, 40)):
+        r = rng.random()
+        if r < 0.3 or not opened:
+            d = rng.choice([1, 2])
+            out.append(mux_frame(1, nxt, bytes([d - 1])))
+            opened.append((nxt, d))
+            nxt += rng.randint(1, 3)
+        elif r < 0.8:
+            ch, d = rng.choice(opened)
+            out.append(mux_frame(2, ch, random_request(rng, d)))
+        elif r < 0.9:
+            out.append(mux_frame(3, rng.choice(opened)[0], b""))
+        else:  # out of rule: any type, any channel, any length
+            out.append(bytes([rng.randrange(256)]) + rng.randbytes(
+                rng.randint(0, 16)))
+    return b"".join(out)
+
+
 def random_request(rng, dialect):
     """One syntactically valid request with random (hostile) contents."""
     def key():
@@ -144,7 +171,7 @@ def hostile(port, rng, stop, stats, lock):
             stats["connect_fail"] += 1
             time.sleep(0.01)
             continue
-        mode = rng.randrange(7)
+        mode = rng.randrange(8)
         try:
             if mode == 0:  # pure random bytes
                 sk.sendall(rng.randbytes(rng.randint(1, 2000)))
@@ -184,6 +211,16 @@ def hostile(port, rng, stop, stats, lock):
                 sk.sendall((MAGIC if d == 2 else b"") + w + u64(1) + s(k))
                 if d == 1 and rng.random() < 0.5:
                     sk.sendall(b"\x07" + s(b"g/w"))  # watch too
+            elif mode == 7:  # relay extension: frames, maybe cut short
+                data = MUX_PREAMBLE + random_mux_frames(rng)
+                if rng.random() < 0.3:
+                    data = data[:rng.randint(0, len(data))]
+                sk.sendall(data)
+                if rng.random() < 0.5:
+                    try:
+                        sk.recv(65536)
+                    except OSError:
+                        pass
             else:  # half close after requests
                 d = rng.choice([1, 2])
                 sk.sendall((MAGIC if d == 2 else b"") +

@@ -52,8 +52,9 @@ std::string encode(Dialect d, const Request& r) {
 // A relay's side of one mux connection, byte by byte.
 class MuxClient {
  public:
-  explicit MuxClient(std::uint16_t port) {
-    c_ = RawConn::connect(port);
+  // recv_buffer > 0: the socket's receive buffer (RawConn::connect).
+  explicit MuxClient(std::uint16_t port, int recv_buffer = 0) {
+    c_ = RawConn::connect(port, "127.0.0.1", recv_buffer);
     REQUIRE(c_.ok());
     REQUIRE(c_.send(mux::kMuxPreamble));
     REQUIRE(c_.recv(8) == std::string(mux::kMuxPreamble));
@@ -111,6 +112,8 @@ class MuxClient {
     return it->second;
   }
   bool sawClosed(std::uint32_t ch) const { return closed_.count(ch) != 0; }
+  // DATA frames received for `ch` so far.
+  int frames(std::uint32_t ch) { return frames_[ch]; }
   // Unread DATA bytes of `ch`.
   std::size_t buffered(std::uint32_t ch) { return data_[ch].size(); }
   // A round trip on `ch`: everything the server sent `ch` before reading
@@ -155,6 +158,7 @@ class MuxClient {
     if (payload.size() < len) return false;
     if (type == FT::kData) {
       data_[ch] += payload;
+      ++frames_[ch];
     } else if (type == FT::kClosed) {
       closed_[ch] = payload;
     } else {
@@ -167,6 +171,7 @@ class MuxClient {
   std::map<std::uint32_t, Dialect> dialect_;
   std::map<std::uint32_t, std::string> data_;
   std::map<std::uint32_t, std::string> closed_;
+  std::map<std::uint32_t, int> frames_;
 };
 
 // The reply bytes of `script` on a plain connection of a fresh server.
@@ -604,6 +609,61 @@ TEST_CASE("mux: torch-style clients are unaffected") {
   REQUIRE(p.send(encode(Dialect::kV2, rq::get("/p"))));
   CHECK(p.recv(9) == u64le(1) + "9");
   CHECK(s->counters().connections_v2 == 1);
+}
+
+TEST_CASE("mux: replies over 16 MiB are split into several DATA frames") {
+  auto s = ScopedServer::local();
+  MuxClient m(s->port());
+  REQUIRE(m.open(1, Dialect::kV2));
+  const std::string value(8u << 20, 'v');  // the largest value (8 MiB)
+  std::vector<std::string> keys = {"/big1", "/big2", "/big3"};
+  std::vector<std::string> values = {value, value, value};
+  REQUIRE(m.request(1, rq::multiSet(keys, values)));
+  REQUIRE(m.request(1, rq::multiGet(keys)));
+  std::string want;
+  for (int i = 0; i < 3; ++i) want += u64le(value.size()) + value;
+  const std::string got = m.data(1, want.size(), milliseconds(20000));
+  CHECK(got.size() == want.size());
+  CHECK((got == want));
+  CHECK(m.frames(1) == 2);  // 24 MiB + 24 bytes: 16 MiB, then the rest
+}
+
+TEST_CASE("mux: a relay behind on its reads is paused, never dropped") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  auto s = ScopedServer::local(o);
+  RawConn setter = RawConn::connect(s->port());
+  REQUIRE(setter.handshake());
+  const std::string value(200 * 1024, 'r');
+  REQUIRE(setter.send(encode(Dialect::kV2, rq::set("/v", value))));
+  REQUIRE(pingFence(setter));
+  // A small receive window: the server's writes back up at once.
+  MuxClient m(s->port(), 16 * 1024);
+  constexpr std::uint32_t kChannels = 16;
+  constexpr int kGets = 4;
+  std::string batch;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    m.setDialect(ch, Dialect::kV2);
+    batch += openFrame(ch, Dialect::kV2);
+    for (int i = 0; i < kGets; ++i)
+      batch += frame(FT::kRequest, ch, encode(Dialect::kV2, rq::get("/v")));
+  }
+  REQUIRE(m.send(batch));  // ~13 MB of replies for a 64 KiB output cap
+  // Only once the server is paused (its output past twice the cap, which
+  // drops a plain connection that does not read) does the relay read.
+  CHECK(eventually([&] {
+    REQUIRE(pingFence(setter));
+    return s->counters().memory_bytes > 2 * o.limits.max_buffered_output_bytes;
+  }));
+  const std::string one = u64le(value.size()) + value;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    for (int i = 0; i < kGets; ++i) {
+      CAPTURE(ch);
+      CHECK((m.data(ch, one.size(), milliseconds(20000)) == one));
+    }
+  }
+  CHECK(s->counters().rejected_slow_reader == 0);
+  CHECK(s->counters().mux_channels_open == kChannels);
 }
 
 namespace {
