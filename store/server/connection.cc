@@ -181,6 +181,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
         return 0;
       case MuxPreamble::kNo:
         mux_decided_ = true;
+        need_ = 1;
         break;
       case MuxPreamble::kYes:
         mux_decided_ = true;

@@ -30,6 +30,8 @@ std::uint64_t payloadLimit(std::uint64_t max_request_bytes) noexcept {
 }  // namespace
 
 MuxPreamble detectMuxPreamble(std::string_view first) noexcept {
+  // A lone 0xff is garbage that torch's servers close at once: so do we.
+  if (first.size() == 1) return MuxPreamble::kNo;
   const std::size_t n = std::min(first.size(), mux::kMuxPreamble.size());
   if (first.substr(0, n) != mux::kMuxPreamble.substr(0, n))
     return MuxPreamble::kNo;
