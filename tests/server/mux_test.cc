@@ -112,6 +112,7 @@ class MuxClient {
     return it->second;
   }
   bool sawClosed(std::uint32_t ch) const { return closed_.count(ch) != 0; }
+  std::size_t closedCount() const { return closed_.size(); }
   // DATA frames received for `ch` so far.
   int frames(std::uint32_t ch) { return frames_[ch]; }
   // Unread DATA bytes of `ch`.
@@ -531,6 +532,40 @@ TEST_CASE("mux: channels past the limit are refused with CLOSED") {
   CHECK(c.mux_channels_refused == 1);
   CHECK(c.mux_channels_opened == 4);
   CHECK(c.mux_channels_open == 3);
+}
+
+TEST_CASE("mux: open channels count against the memory budget") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = 256 * 1024;
+  auto s = ScopedServer::local(o);
+  MuxClient m(s->port());
+  constexpr std::uint32_t kChannels = 2000;  // 192 bytes each: not all fit
+  std::string batch;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    m.setDialect(ch, Dialect::kV2);
+    batch += openFrame(ch, Dialect::kV2);
+  }
+  REQUIRE(m.send(batch));
+  REQUIRE(m.fence(1));  // after every OPEN was handled
+  auto c = s->counters();
+  const std::uint64_t refused = c.mux_channels_refused;
+  MESSAGE((kChannels - refused) << " of " << kChannels << " channels fit");
+  CHECK(refused > 0);
+  CHECK(refused < kChannels);
+  CHECK(c.budget_refused == refused);
+  CHECK(c.mux_channels_open == kChannels - refused);
+  CHECK(m.closedCount() == refused);
+  const auto why = m.closed(kChannels);
+  REQUIRE(why.has_value());
+  CHECK(why->find("memory budget") != std::string::npos);
+  // Closing channels gives their share back.
+  batch.clear();
+  for (std::uint32_t ch = 2; ch <= 101; ++ch)
+    batch += frame(FT::kClose, ch, "");
+  REQUIRE(m.send(batch));
+  REQUIRE(m.open(kChannels + 1, Dialect::kV2));
+  CHECK(m.fence(kChannels + 1));
+  CHECK(!m.sawClosed(kChannels + 1));
 }
 
 TEST_CASE("mux: 10,000 channels on one connection") {
