@@ -5,8 +5,8 @@ Starts build/bin/tcpstore-server on 127.0.0.1 port 0, then for DURATION
 seconds runs hostile connections (random bytes, valid prefixes cut at random
 points, random valid requests in both dialects including waits, watches,
 cancels and abrupt resets, relay-extension frames after the mux preamble)
-while two well-behaved clients (one 1.13, one 2.x) keep writing and
-verifying their own keys with a per-reply deadline. Fails if a good client
+while well-behaved clients (1.13 and 2.x, on plain connections and on
+channels of mux connections) keep writing and verifying their own keys with a per-reply deadline. Fails if a good client
 ever sees a wrong reply or waits longer than STALL_S for one,
 if the server dies, or if SIGTERM does not give exit code 0.
 
@@ -47,17 +47,51 @@ def recv_exact(sock, n):
     return out
 
 
+class MuxChannel:
+    """One channel of its own mux connection, used like a socket: each
+    sendall() is one request (one REQUEST frame); recv() returns DATA."""
+
+    CHANNEL = 7
+
+    def __init__(self, port, dialect):
+        self.sock = socket.create_connection(("127.0.0.1", port),
+                                             timeout=STALL_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(MUX_PREAMBLE)
+        assert recv_exact(self.sock, 8) == MUX_PREAMBLE
+        self.sock.sendall(mux_frame(1, self.CHANNEL, bytes([dialect - 1])))
+        self.buf = b""
+
+    def sendall(self, request):
+        self.sock.sendall(mux_frame(2, self.CHANNEL, request))
+
+    def recv(self, n):
+        while not self.buf:
+            kind, ch, length = struct.unpack("<BII", recv_exact(self.sock, 9))
+            payload = recv_exact(self.sock, length) if length else b""
+            if kind == 5:
+                raise EOFError("server closed a good channel: %r" % payload)
+            assert (kind, ch) == (4, self.CHANNEL), (kind, ch)
+            self.buf = payload
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+
 class Good:
     """A well-behaved client of one dialect verifying its own keys."""
 
-    def __init__(self, port, dialect, tag):
+    def __init__(self, port, dialect, tag, mux=False):
         self.dialect = dialect
         self.tag = tag
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=STALL_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.ops = 0
         self.max_latency = 0.0
-        if dialect == 2:
+        if mux:  # a channel of a relay's connection (server-side mux path)
+            self.sock = MuxChannel(port, dialect)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port),
+                                                 timeout=STALL_S)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if dialect == 2 and not mux:
             self.sock.sendall(MAGIC + b"\x0d" + struct.pack("<I", 4242))
             assert recv_exact(self.sock, 4) == struct.pack("<I", 4242)
         c = {1: dict(set=0, get=2, add=3, wait=5, num=6, dele=8),
@@ -75,7 +109,8 @@ class Good:
         val = os.urandom(random.randint(0, 300))
         c = self.c
         self.sock.sendall(c["set"] + s(key) + s(val))
-        self.sock.sendall(c["wait"] + u64(1) + s(key) + c["get"] + s(key))
+        self.sock.sendall(c["wait"] + u64(1) + s(key))
+        self.sock.sendall(c["get"] + s(key))
         got = self.timed(lambda: (recv_exact(self.sock, 1),
                                   recv_exact(self.sock, struct.unpack(
                                       "<Q", recv_exact(self.sock, 8))[0])))
@@ -266,7 +301,9 @@ def main():
                                 args=(port, random.Random(seed * 100 + i),
                                       stop, stats, lock))
                for i in range(4)]
-    goods = [Good(port, 1, b"v1"), Good(port, 2, b"v2")]
+    goods = [Good(port, 1, b"v1"), Good(port, 2, b"v2"),
+             Good(port, 1, b"mux-v1", mux=True),
+             Good(port, 2, b"mux-v2", mux=True)]
 
     def run_good(g):
         i = 0
