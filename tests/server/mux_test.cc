@@ -711,7 +711,8 @@ using tcpstore::store::Effects;
 // The in-memory backend, except that a SET of a "hold/..." key stays pending
 // until a request on a "release/..." key (which completes the held SETs
 // inside its own submit()) or on a "later/..." key (which completes them
-// from a timer, on a later loop turn).
+// from a timer, on a later loop turn). A held "hold/fail..." completes with
+// an error; a held "hold/close..." is closed by the backend instead.
 class HoldBackend final : public Backend {
  public:
   explicit HoldBackend(tcpstore::store::KeyspaceOptions o) : inner_(o) {}
@@ -757,6 +758,15 @@ class HoldBackend final : public Backend {
     held.swap(held_);
     for (Held& h : held) {
       Effects fx;
+      if (h.key.rfind("hold/fail", 0) == 0) {
+        host_->complete(h.conn, tcpstore::Status::ioError("injected failure"),
+                        fx);
+        continue;
+      }
+      if (h.key.rfind("hold/close", 0) == 0) {
+        host_->close(h.conn, tcpstore::Status::ioError("upstream gone"));
+        continue;
+      }
       auto r = inner_.submit(h.conn, rq::set(h.key, h.value), fx);
       host_->complete(h.conn, r ? tcpstore::Status::ok() : r.error(), fx);
     }
@@ -843,4 +853,48 @@ TEST_CASE("mux: a pending request holds its channel only, in order") {
   REQUIRE(p.send(encode(Dialect::kV2, rq::add("release/z", 1))));
   CHECK(p.recv(8) == i64le(1));
   CHECK(s->counters().memory_bytes < 1024 * 1024);
+}
+
+TEST_CASE("mux: a backend's failure or close ends only that channel") {
+  auto s = holdServer();
+  MuxClient m(s->port());
+  for (std::uint32_t ch : {1u, 2u, 3u}) REQUIRE(m.open(ch, Dialect::kV2));
+  REQUIRE(m.request(1, rq::set("hold/fail1", "x")));
+  REQUIRE(m.request(1, rq::get("/never-run")));  // queued, then dropped
+  REQUIRE(m.request(2, rq::set("hold/close2", "x")));
+  REQUIRE(m.request(3, rq::add("release/now", 1)));
+  CHECK(m.data(3, 8) == i64le(1));
+  auto r1 = m.closed(1);
+  REQUIRE(r1.has_value());
+  CHECK(r1->find("injected failure") != std::string::npos);
+  auto r2 = m.closed(2);
+  REQUIRE(r2.has_value());
+  CHECK(r2->find("upstream gone") != std::string::npos);
+  REQUIRE(m.fence(3));
+  CHECK(m.buffered(1) + m.buffered(2) == 0);
+  auto c = s->counters();
+  CHECK(c.rejected_semantic == 1);  // the failed request, as on a connection
+  CHECK(c.mux_channels_open == 1);
+  CHECK(c.connections_open == 1);
+}
+
+TEST_CASE("mux: a relay that stops reading is still dropped after a stall") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  o.limits.stalled_reader_ms = 200;
+  auto s = ScopedServer::local(o);
+  RawConn setter = RawConn::connect(s->port());
+  REQUIRE(setter.handshake());
+  const std::string value(200 * 1024, 's');
+  REQUIRE(setter.send(encode(Dialect::kV2, rq::set("/v", value))));
+  REQUIRE(pingFence(setter));
+  MuxClient m(s->port(), 16 * 1024);
+  REQUIRE(m.open(1, Dialect::kV2));
+  std::string batch;
+  for (int i = 0; i < 64; ++i)
+    batch += frame(FT::kRequest, 1, encode(Dialect::kV2, rq::get("/v")));
+  REQUIRE(m.send(batch));  // ~13 MB of replies, never read
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; }));
+  CHECK(eventually([&] { return s->counters().mux_channels_open == 0; }));
+  REQUIRE(pingFence(setter));  // everyone else is served
 }
