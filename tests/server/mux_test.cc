@@ -872,6 +872,15 @@ TEST_CASE("mux: a backend's failure or close ends only that channel") {
   CHECK(r2->find("upstream gone") != std::string::npos);
   REQUIRE(m.fence(3));
   CHECK(m.buffered(1) + m.buffered(2) == 0);
+  // Closed from a timer (no read on the stack): the CLOSED still leaves at
+  // once, without waiting for other traffic to turn the loop.
+  REQUIRE(m.open(4, Dialect::kV2));
+  REQUIRE(m.request(4, rq::set("hold/close4", "x")));
+  REQUIRE(m.request(3, rq::add("later/now", 1)));
+  CHECK(m.data(3, 8) == i64le(1));
+  auto r4 = m.closed(4);
+  REQUIRE(r4.has_value());
+  CHECK(r4->find("upstream gone") != std::string::npos);
   auto c = s->counters();
   CHECK(c.rejected_semantic == 1);  // the failed request, as on a connection
   CHECK(c.mux_channels_open == 1);
