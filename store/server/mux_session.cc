@@ -146,6 +146,9 @@ void Channel::resume() {
       session_.blocked_.push_back(number_);
       return;
     }
+    // The view stays valid through the dispatch: frames are decoded only on
+    // the connection's read path, never from inside a dispatch, so nothing
+    // is appended to this queue meanwhile (and a close keeps it alive).
     Queue& q = *queue_;
     const std::uint32_t n = q.lengths[q.next];
     std::string_view payload(q.bytes.data() + q.next_byte, n);
