@@ -108,7 +108,7 @@ void EtcdBackend::runCas(const std::string& key) {
   auto increments = [](Command c) {
     return c == Command::kAdd || c == Command::kBarrier;
   };
-  if (increments(batch->ops.front()->command)) {
+  if (increments(batch->ops.front()->command) && options_.combine_adds) {
     while (!ks.queue.empty() && increments(ks.queue.front()->command)) {
       batch->ops.push_back(std::move(ks.queue.front()));
       ks.queue.pop_front();

@@ -28,6 +28,10 @@ struct EtcdOptions {
   std::chrono::milliseconds op_timeout{20000};
   // Pause before retrying after a transport error (doubles up to 8x).
   std::chrono::milliseconds retry_backoff{50};
+  // Combine concurrent ADDs to one key into one Txn (etcd_backend_cas.cc).
+  // Off only to measure what combining buys (bench/README.md): each ADD is
+  // then its own Txn.
+  bool combine_adds = true;
   // Same meaning as the KeyspaceOptions fields of the same names.
   bool get_missing_returns_empty = false;
   std::uint64_t max_value_bytes = UINT64_MAX;
@@ -37,11 +41,16 @@ struct EtcdOptions {
   std::function<void(std::string_view)> log;
 };
 
-// Parses "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]". PREFIX (any bytes but
-// empty segments are kept as given) becomes "/PREFIX/"; without it the
-// prefix is "/tcpstore/". Other fields keep their defaults.
+// Parses "etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?NAME=VALUE[&...]]".
+// PREFIX (any bytes but '?'; empty segments are kept as given) becomes
+// "/PREFIX/"; without it the prefix is "/tcpstore/". Parameters:
+//   op-timeout-ms=N   op_timeout (1..3600000)
+//   rpc-timeout-ms=N  rpc_timeout (1..3600000)
+//   combine-adds=0|1  combine_adds
+// Other fields keep their defaults.
 // Errors (kInvalidArgument): another scheme, no endpoint, an endpoint without
-// a port or with a port outside 1..65535.
+// a port or with a port outside 1..65535, an unknown parameter or a bad
+// value.
 Result<EtcdOptions> parseEtcdUrl(std::string_view url);
 
 // The exclusive end of the etcd range holding every key that starts with

@@ -65,7 +65,10 @@ Backend (where the keys live):
                            address or a cluster without quorum is reported at
                            once). Once running, a request that etcd cannot
                            serve within 20 s closes its connection (an error,
-                           never a guessed answer).
+                           never a guessed answer). URL parameters
+                           (?NAME=VALUE&...): op-timeout-ms (20000),
+                           rpc-timeout-ms (one call, 2000), combine-adds=0|1
+                           (1; 0 only to measure what combining buys).
   --delete-prefix          with --backend etcd://.../PREFIX: delete every key of
                            the job (and the gateway's bookkeeping keys) in one
                            etcd transaction, print "deleted N keys", exit 0

@@ -160,6 +160,24 @@ TEST_CASE("parseEtcdUrl: endpoints and prefix and errors") {
   CHECK_FALSE(parseEtcdUrl("etcd://h").has_value());
   CHECK_FALSE(parseEtcdUrl("etcd://h:0").has_value());
   CHECK_FALSE(parseEtcdUrl("etcd://h:70000/x").has_value());
+  auto q = parseEtcdUrl(
+      "etcd://h:1/j?op-timeout-ms=3000&rpc-timeout-ms=500&combine-adds=0");
+  REQUIRE(q.has_value());
+  CHECK(q->prefix == "/j/");
+  CHECK(q->op_timeout == std::chrono::milliseconds(3000));
+  CHECK(q->rpc_timeout == std::chrono::milliseconds(500));
+  CHECK_FALSE(q->combine_adds);
+  auto q2 = parseEtcdUrl("etcd://h:1?combine-adds=1");
+  REQUIRE(q2.has_value());
+  CHECK(q2->prefix == "/tcpstore/");
+  CHECK(q2->combine_adds);
+  for (const char* bad :
+       {"etcd://h:1?x=1", "etcd://h:1?op-timeout-ms=0",
+        "etcd://h:1?op-timeout-ms", "etcd://h:1/p?combine-adds=2",
+        "etcd://h:1?rpc-timeout-ms=1s"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parseEtcdUrl(bad).has_value());
+  }
   CHECK(tcpstore::store::prefixRangeEnd("/a/") == "/a0");
 }
 
@@ -649,12 +667,14 @@ TEST_CASE(
   for (int k = 0; k < kKeys; ++k) {
     CAPTURE(k);
     MESSAGE("key lin/", k, ": ", per_key[k].size(), " operations");
-        const bool ok = LinearizabilityChecker(per_key[k], std::string("0")).check();
+    const bool ok =
+        LinearizabilityChecker(per_key[k], std::string("0")).check();
     CHECK(ok);
     if (!ok) {
       auto ops = per_key[k];
-      std::sort(ops.begin(), ops.end(),
-                [](const LinOp& x, const LinOp& y) { return x.start < y.start; });
+      std::sort(ops.begin(), ops.end(), [](const LinOp& x, const LinOp& y) {
+        return x.start < y.start;
+      });
       const std::int64_t t0 = ops.front().start;
       for (const auto& o : ops) {
         MESSAGE("kind ", int(o.kind), " value '", o.value, "' desired '",
