@@ -59,6 +59,13 @@ std::string markerRangeStart(const EtcdOptions& options) {
   return m;
 }
 
+std::string queueRangeStart(const EtcdOptions& options) {
+  std::string q(options.prefix, 0, options.prefix.size() - 1);
+  q.push_back('\0');
+  q.append("q/");
+  return q;
+}
+
 Status checkEtcd(const EtcdOptions& options) {
   return eachMember(options,
                     [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
@@ -73,10 +80,11 @@ Status checkEtcd(const EtcdOptions& options) {
 Result<std::int64_t> deleteJobKeys(const EtcdOptions& options) {
   std::int64_t deleted = 0;
   const std::string markers = markerRangeStart(options);
+  const std::string queues = queueRangeStart(options);
   Status st = eachMember(
       options, [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
         etcdserverpb::TxnRequest txn;
-        for (const std::string& start : {options.prefix, markers}) {
+        for (const std::string& start : {options.prefix, markers, queues}) {
           auto* del = txn.add_success()->mutable_request_delete_range();
           del->set_key(start);
           del->set_range_end(prefixRangeEnd(start));

@@ -29,6 +29,8 @@ class PrefixWatch final : public Tag {
   PrefixWatch(EtcdRpc& rpc, std::string key, std::string range_end,
               std::int64_t start_revision, OnEvents on_events, OnLost on_lost);
 
+  // Replaces the lost callback (before start()).
+  void setOnLost(OnLost on_lost) { on_lost_ = std::move(on_lost); }
   // Opens the stream. Call once.
   void start();
   // Revisions below this have all been delivered.

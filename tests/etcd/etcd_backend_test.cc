@@ -100,6 +100,12 @@ OwnedRequest barrier(std::string k, std::int64_t world_size) {
   r.number = world_size;
   return r;
 }
+OwnedRequest queue(Command c, std::string k, std::string v = {}) {
+  auto r = req(c);
+  r.key = std::move(k);
+  r.value = std::move(v);
+  return r;
+}
 OwnedRequest ping(std::uint32_t nonce) {
   auto r = req(Command::kPing);
   r.u32 = nonce;
@@ -235,6 +241,32 @@ TEST_CASE(
       barrier("bar", 2),
       barrier("text", 1),  // closes: non-numeric
       req(Command::kGetNumKeys),
+      // Queues: FIFO, the length before the pop in its reply, 0 when empty;
+      // a non-empty queue makes its key exist for CHECK and WAIT but not
+      // for GET or GETNUMKEYS.
+      queue(Command::kQueuePush, "q", "one"),
+      queue(Command::kQueuePush, "q", std::string("t\0wo", 4)),
+      queue(Command::kQueuePush, "q", ""),
+      queue(Command::kQueueLen, "q"),
+      queue(Command::kQueueLen, "q2"),
+      keysReq(Command::kCheck, {"q"}),
+      keysReq(Command::kWait, {"q", "a"}),  // released at once
+      req(Command::kGetNumKeys),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueueLen, "q"),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueuePop, "q"),  // empty
+      queue(Command::kQueueLen, "q"),
+      keysReq(Command::kCheck, {"q"}),
+      queue(Command::kQueuePush, std::string("b\0", 2), "x"),
+      queue(Command::kQueuePush, "b", "y"),  // another queue
+      queue(Command::kQueuePop, "b"),
+      queue(Command::kQueuePop, std::string("b\0", 2)),
+      queue(Command::kQueuePush, "a", "queue under a key with a value"),
+      get("a"),
+      queue(Command::kQueuePop, "a"),
+      req(Command::kGetNumKeys),
   };
   for (std::size_t i = 0; i < script.size(); ++i) {
     CAPTURE(i);
@@ -261,11 +293,88 @@ TEST_CASE(
   }
   // An unsupported command closes the connection with a clear reason.
   ++conn;
-  auto q = req(Command::kQueueLen);
+  auto q = req(Command::kWatchKey);
   q.key = "q";
   (void)h.roundTrip(conn, q);
   CHECK(h.conn(conn).closed);
   CHECK(h.conn(conn).close_reason.find("not supported") != std::string::npos);
+}
+
+TEST_CASE("queues: a push through another gateway releases one waiter") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("queue"));
+  cluster.start();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+  const std::string released(1, '\0');
+  // Two blocking pops on A (WAIT, as the clients send before QUEUE_POP).
+  CHECK(ha.roundTrip(1, keysReq(Command::kWait, {"jobs"})).empty());
+  CHECK(ha.roundTrip(2, keysReq(Command::kWait, {"jobs"})).empty());
+  // One item pushed through B: the oldest waiter only is released.
+  CHECK(hb.roundTrip(1, queue(Command::kQueuePush, "jobs", "j1")).empty());
+  CHECK(ha.waitFor([&] { return ha.connLocked(1).bytes == released; }, 30s));
+  auto pop = [] {
+    std::string out;
+    tcpstore::protocol::appendI64(out, 1);
+    tcpstore::protocol::appendStr(out, "j1");
+    return out;
+  }();
+  CHECK(ha.roundTrip(1, queue(Command::kQueuePop, "jobs")) == pop);
+  // The second waiter is still waiting; the next push releases it.
+  CHECK(ha.bytesOf(2) == 0);
+  CHECK(hb.roundTrip(1, queue(Command::kQueuePush, "jobs", "j2")).empty());
+  CHECK(ha.waitFor([&] { return ha.connLocked(2).bytes == released; }, 30s));
+  CHECK(hb.roundTrip(3, queue(Command::kQueueLen, "jobs")) == [] {
+    std::string out;
+    tcpstore::protocol::appendI64(out, 1);
+    return out;
+  }());
+  // Concurrent pops through both gateways of 20 items: each item once.
+  for (int i = 0; i < 20; ++i) {
+    CHECK(hb.roundTrip(4, queue(Command::kQueuePush, "many", std::to_string(i)))
+              .empty());
+  }
+  for (int i = 0; i < 12; ++i) {
+    ha.send(10 + i % 3, queue(Command::kQueuePop, "many"));
+    hb.send(10 + i % 3, queue(Command::kQueuePop, "many"));
+  }
+  auto all_done = [&](BackendHarness& h) {
+    return h.waitFor(
+        [&] {
+          for (tcpstore::store::ConnId c = 10; c < 13; ++c)
+            if (h.connLocked(c).done < 4) return false;
+          return true;
+        },
+        60s);
+  };
+  REQUIRE(all_done(ha));
+  REQUIRE(all_done(hb));
+  std::multiset<std::string> got;
+  int empty = 0;
+  for (BackendHarness* h : {&ha, &hb}) {
+    for (tcpstore::store::ConnId c = 10; c < 13; ++c) {
+      const auto conn = h->conn(c);
+      CHECK_FALSE(conn.closed);
+      std::string_view rest = conn.bytes;
+      for (int k = 0; k < 4; ++k) {
+        REQUIRE(rest.size() >= 8);
+        const auto n = i64(std::string(rest.substr(0, 8)));
+        rest.remove_prefix(8);
+        if (n == 0) {
+          ++empty;
+          continue;
+        }
+        const auto len =
+            static_cast<std::size_t>(i64(std::string(rest.substr(0, 8))));
+        got.insert(std::string(rest.substr(8, len)));
+        rest.remove_prefix(8 + len);
+      }
+    }
+  }
+  CHECK(empty == 4);
+  CHECK(got.size() == 20);
+  CHECK(std::set<std::string>(got.begin(), got.end()).size() == 20);
 }
 
 TEST_CASE("wait: released by a set through another gateway") {
