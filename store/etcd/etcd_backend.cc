@@ -69,6 +69,10 @@ void EtcdBackend::close() {
   if (rpc_) rpc_->close();
   watch_ = nullptr;  // freed by rpc_->close()
   queue_watch_ = nullptr;
+  key_watch_ = nullptr;
+  key_watchers_.clear();
+  conn_watches_.clear();
+  key_watch_pending_.clear();
   waits_.clear();
   waiters_.clear();
   barrier_waits_.clear();
@@ -168,9 +172,8 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       doQueueLen(conn, req.key);
       return Outcome::kPending;
     case Command::kWatchKey:
-      return Status::notSupported(
-          fmt::format("{} is not supported by the etcd backend",
-                      protocol::commandName(req.command)));
+      doWatchKey(conn, req.key);
+      return Outcome::kPending;
   }
   return Status::protocolError("unknown command");
 }

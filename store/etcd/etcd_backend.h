@@ -25,8 +25,9 @@
 //   QUEUE_PUSH/POP/LEN -> items under a key range per queue, outside the
 //   job's range (etcd_backend_queue.cc); CHECK and WAIT count a non-empty
 //   queue as an existing key, as the Keyspace does.
-// Not supported (the connection is closed with a kNotSupported error that
-// names the command): WATCH_KEY.
+//   WATCH_KEY (1.13) -> registrations kept here, notified from one more
+//   prefix watch (with previous values), started at the first WATCH_KEY
+//   (etcd_backend_watchkey.cc).
 //
 // Failures: calls fail over to the next endpoint. Reads and Puts are
 // retried; a compare-and-swap Txn whose outcome is unknown (a deadline or a
@@ -56,6 +57,10 @@
 #include "protocol/message.h"
 #include "store/backend.h"
 #include "store/etcd/etcd_options.h"
+
+namespace etcdserverpb {
+class WatchResponse;
+}  // namespace etcdserverpb
 
 namespace tcpstore::store {
 
@@ -168,6 +173,12 @@ class EtcdBackend final : public Backend {
                   std::chrono::steady_clock::time_point deadline);
   void doQueueLen(ConnId conn, std::string_view key);
 
+  // ---- 1.13 WATCH_KEY (etcd_backend_watchkey.cc) --------------------------
+  void doWatchKey(ConnId conn, std::string_view key);
+  void onKeyEvents(const etcdserverpb::WatchResponse& resp);
+  void onKeyWatchLost(const Status& why);
+  void dropWatches(ConnId conn);
+
   // ---- waits (etcd_backend_wait.cc) ---------------------------------------
   struct Wait {
     std::uint64_t id = 0;
@@ -209,7 +220,15 @@ class EtcdBackend final : public Backend {
   // The watch of the queue items (started with watch_, same rules).
   etcd::PrefixWatch* queue_watch_ = nullptr;
   std::int64_t queue_watch_start_ = 0;
-  std::string queue_prefix_;     // start of the queue items' range
+  std::string queue_prefix_;  // start of the queue items' range
+  // WATCH_KEY: the watch (with previous values), the registrations per full
+  // key (one entry per registration, in order), per connection, and the
+  // connections whose registration waits for the watch to start.
+  etcd::PrefixWatch* key_watch_ = nullptr;
+  bool key_watch_starting_ = false;
+  std::unordered_map<std::string, std::vector<ConnId>> key_watchers_;
+  std::unordered_map<ConnId, std::vector<std::string>> conn_watches_;
+  std::vector<ConnId> key_watch_pending_;
   std::uint64_t queue_seq_ = 0;  // numbers this backend's pushed items
   // Revision of the latest Put the watch delivered, per full key, recorded
   // while a wait's read is in flight (so a wait whose read raced the watch

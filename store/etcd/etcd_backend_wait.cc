@@ -272,6 +272,7 @@ void EtcdBackend::dropWait(ConnId conn) {
 void EtcdBackend::disconnect(ConnId conn) {
   dropWait(conn);
   dropBarrier(conn);
+  dropWatches(conn);
 }
 
 }  // namespace tcpstore::store

@@ -58,8 +58,7 @@ Backend (where the keys live):
                            in etcd v3 under /PREFIX/ (default /tcpstore/): this
                            server is a stateless gateway; several gateways may
                            serve one job; any of them, or etcd members short of
-                           a majority, may fail. Queues and WATCH_KEY are not
-                           supported (the connection is closed).
+                           a majority, may fail.
                            At start one linearizable read must succeed on some
                            member within 5 s, else exit 3 (fail fast: a wrong
                            address or a cluster without quorum is reported at

@@ -291,13 +291,64 @@ TEST_CASE(
     CHECK_FALSE(got.closed);
     CHECK(got.bytes == want.bytes);
   }
-  // An unsupported command closes the connection with a clear reason.
-  ++conn;
-  auto q = req(Command::kWatchKey);
-  q.key = "q";
-  (void)h.roundTrip(conn, q);
-  CHECK(h.conn(conn).closed);
-  CHECK(h.conn(conn).close_reason.find("not supported") != std::string::npos);
+}
+
+TEST_CASE(
+    "differential: 1.13 WATCH_KEY notifications are the in-memory keyspace's") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("watchkey"));
+  cluster.start();
+  EtcdBackend backend(optionsFor(cluster, "wk"));
+  BackendHarness h(backend);
+  REQUIRE(h.openStatus().isOk());
+  tcpstore::store::Keyspace ks;
+  // Connection 1 watches "wk" twice (two copies of each notification) and
+  // "other" once; connection 2 writes.
+  std::string want_watcher;
+  auto both = [&](tcpstore::store::ConnId c, const OwnedRequest& r) {
+    tcpstore::store::Effects fx;
+    const auto view = r.view();
+    const Status st = ks.apply(c, view, fx);
+    std::string mine;
+    for (const auto& snd : fx.sends()) {
+      if (snd.conn == 1) want_watcher.append(fx.bytesOf(snd));
+      if (snd.conn == c && c != 1) mine.append(fx.bytesOf(snd));
+    }
+    const std::string got = h.roundTrip(c, r);
+    CHECK(st.isOk());
+    if (c != 1) CHECK(got == mine);
+  };
+  both(1, queue(Command::kWatchKey, "wk"));
+  both(1, queue(Command::kWatchKey, "wk"));
+  both(1, queue(Command::kWatchKey, "other"));
+  const std::vector<OwnedRequest> writes = {
+      set("wk", "a"),                         // created
+      set("wk", "b"),                         // updated a -> b
+      append("wk", "c"),                      // updated b -> bc
+      cas("wk", "bc", "d"),                   // stores: updated
+      cas("wk", "zz", "e"),                   // mismatch: nothing
+      set("unwatched", "1"),                  // nothing
+      del("wk"),                              // deleted d -> ''
+      del("wk"),                              // missing: nothing
+      add("wk", 5),                           // created
+      multiSet({"wk", "other"}, {"m", "o"}),  // updated, created
+      set("other", std::string("\0\xff", 2)),
+  };
+  for (const auto& w : writes) both(2, w);
+  CHECK(h.waitFor(
+      [&] { return h.connLocked(1).bytes.size() >= want_watcher.size(); },
+      30s));
+  // The three registration replies, then the notifications.
+  CHECK(want_watcher.substr(0, 3) == std::string(3, '\x03'));
+  CHECK(h.conn(1).bytes == want_watcher);
+  CHECK_FALSE(h.conn(1).closed);
+  // A watcher that goes away gets nothing more; the others still do.
+  h.disconnect(1);
+  CHECK(h.roundTrip(3, queue(Command::kWatchKey, "wk")) == "\x03");
+  CHECK(h.roundTrip(2, set("wk", "z")).empty());
+  CHECK(h.waitFor([&] { return h.connLocked(3).bytes.size() > 1; }, 30s));
+  const std::size_t before = h.bytesOf(1);
+  CHECK(h.roundTrip(4, ping(1)).size() == 4);  // fence
+  CHECK(h.bytesOf(1) == before);
 }
 
 TEST_CASE("queues: a push through another gateway releases one waiter") {
