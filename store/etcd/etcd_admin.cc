@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "store/etcd/etcd_rpc.h"
 
 namespace tcpstore::store {
 namespace {
@@ -24,7 +25,7 @@ Status eachMember(const EtcdOptions& options, Call call) {
   std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> stubs;
   for (const std::string& ep : options.endpoints) {
     stubs.push_back(etcdserverpb::KV::NewStub(
-        grpc::CreateChannel(ep, grpc::InsecureChannelCredentials())));
+        grpc::CreateChannel(ep, etcd::channelCredentials(options))));
   }
   const auto until = Clock::now() + options.op_timeout;
   std::string last = "no endpoint";

@@ -2,6 +2,8 @@
 #include "store/etcd/etcd_options.h"
 
 #include <charconv>
+#include <fstream>
+#include <iterator>
 
 namespace tcpstore::store {
 
@@ -15,6 +17,15 @@ bool parseMillis(std::string_view v, std::chrono::milliseconds& out) {
   }
   out = std::chrono::milliseconds(n);
   return true;
+}
+
+// The whole file at `path` into `out`; false if unreadable or empty.
+bool readPem(std::string_view path, std::string& out) {
+  std::ifstream in{std::string(path), std::ios::binary};
+  if (!in) return false;
+  out.assign(std::istreambuf_iterator<char>(in),
+             std::istreambuf_iterator<char>());
+  return !in.bad() && !out.empty();
 }
 
 // "NAME=VALUE&..." after the URL's '?'.
@@ -36,6 +47,15 @@ Status parseParams(std::string_view query, EtcdOptions& opt) {
     } else if (name == "combine-adds") {
       ok = ok && (value == "0" || value == "1");
       opt.combine_adds = value == "1";
+    } else if (name == "cacert" || name == "cert" || name == "key") {
+      std::string& pem = name == "cacert" ? opt.ca_pem
+                         : name == "cert" ? opt.cert_pem
+                                          : opt.key_pem;
+      if (ok && !readPem(value, pem)) {
+        return Status::invalidArgument("etcd URL parameter " +
+                                       std::string(name) + ": cannot read '" +
+                                       std::string(value) + "'");
+      }
     } else {
       return Status::invalidArgument("unknown etcd URL parameter '" +
                                      std::string(name) + "'");
@@ -44,6 +64,13 @@ Status parseParams(std::string_view query, EtcdOptions& opt) {
       return Status::invalidArgument("bad etcd URL parameter '" +
                                      std::string(item) + "'");
     }
+  }
+  if (opt.cert_pem.empty() != opt.key_pem.empty()) {
+    return Status::invalidArgument(
+        "etcd URL parameters cert and key go together");
+  }
+  if (!opt.cert_pem.empty() && opt.ca_pem.empty()) {
+    return Status::invalidArgument("etcd URL parameter cert needs cacert");
   }
   return Status::ok();
 }

@@ -67,7 +67,9 @@ Backend (where the keys live):
                            never a guessed answer). URL parameters
                            (?NAME=VALUE&...): op-timeout-ms (20000),
                            rpc-timeout-ms (one call, 2000), combine-adds=0|1
-                           (1; 0 only to measure what combining buys).
+                           (1; 0 only to measure what combining buys); TLS:
+                           cacert=PEM (turns TLS on), cert=PEM&key=PEM (a
+                           client certificate).
   --delete-prefix          with --backend etcd://.../PREFIX: delete every key of
                            the job (and the gateway's bookkeeping keys) in one
                            etcd transaction, print "deleted N keys", exit 0

@@ -3,17 +3,26 @@
 #include "store/etcd/etcd_backend.h"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <random>
 #include <set>
 
 #include "backend_harness.h"
 #include "etcd_cluster.h"
 #include "linearizability.h"
+#include "store/etcd/etcd_admin.h"
 #include "store/keyspace.h"
+#include "tests/support/child.h"
 
 namespace {
 
@@ -886,4 +895,133 @@ TEST_CASE("faults: a frozen member under a gateway is left for another") {
   }());
   CHECK_FALSE(ha.conn(2).closed);
   cluster.resume(0);
+}
+
+TEST_CASE("tls: the backend reaches etcd over TLS with a client certificate") {
+  namespace fs = std::filesystem;
+  const std::string dir = dataDir("tls");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  struct Cleanup {
+    std::string dir;
+    pid_t pid = -1;
+    ~Cleanup() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+      }
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  // A CA, a server certificate for 127.0.0.1 and a client certificate.
+  const std::string script =
+      "set -e; cd '" + dir +
+      "'\n"
+      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' "
+      "> server.ext\n"
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "-keyout ca.key -out ca.pem 2>/dev/null\n"
+      "for n in server client; do\n"
+      "  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 "
+      "-keyout $n.key -out $n.csr 2>/dev/null\n"
+      "  openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -days 1 -extfile $n.ext -out $n.pem 2>/dev/null\n"
+      "done\n";
+  auto made = tcpstore::test::runProcess({"/bin/sh", "-c", script}, 60s);
+  INFO("openssl: " << made.err);
+  REQUIRE(made.exit_code == 0);
+
+  // One etcd member serving clients over TLS only, client certificates
+  // required.
+  int ports[2];
+  {
+    int fds[2];
+    for (int i = 0; i < 2; ++i) {
+      fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      REQUIRE(::bind(fds[i], reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+      socklen_t len = sizeof(a);
+      ::getsockname(fds[i], reinterpret_cast<sockaddr*>(&a), &len);
+      ports[i] = ntohs(a.sin_port);
+    }
+    for (int fd : fds) ::close(fd);
+  }
+  const std::string client = "127.0.0.1:" + std::to_string(ports[0]);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(ports[1]);
+  std::vector<std::string> args = {TCPSTORE_ETCD_BIN,
+                                   "--name=tls",
+                                   "--data-dir=" + dir + "/data",
+                                   "--listen-client-urls=https://" + client,
+                                   "--advertise-client-urls=https://" + client,
+                                   "--listen-peer-urls=" + peer,
+                                   "--initial-advertise-peer-urls=" + peer,
+                                   "--initial-cluster=tls=" + peer,
+                                   "--cert-file=" + dir + "/server.pem",
+                                   "--key-file=" + dir + "/server.key",
+                                   "--trusted-ca-file=" + dir + "/ca.pem",
+                                   "--client-cert-auth",
+                                   "--log-outputs=stderr",
+                                   "--logger=zap"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = dir + "/etcd.log";
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  REQUIRE(posix_spawn(&cleanup.pid, args[0].c_str(), &fa, nullptr, argv.data(),
+                      environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+
+  const std::string tls = "cacert=" + dir + "/ca.pem&cert=" + dir +
+                          "/client.pem&key=" + dir + "/client.key";
+  auto o = parseEtcdUrl("etcd://" + client + "/tls?" + tls);
+  REQUIRE(o.has_value());
+  CHECK(o->tls());
+  o->rpc_timeout = 1000ms;
+  o->op_timeout = 30000ms;
+  {
+    EtcdBackend b(*o);
+    BackendHarness h(b);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, set("k", "over tls")).empty());  // waits for etcd
+    CHECK_FALSE(h.conn(1).closed);
+    std::string want;
+    tcpstore::protocol::appendStr(want, "over tls");
+    CHECK(h.roundTrip(1, get("k")) == want);
+    CHECK_FALSE(h.conn(1).closed);
+    // --delete-prefix's call goes over TLS too.
+    auto n = tcpstore::store::deleteJobKeys(*o);
+    REQUIRE(n.has_value());
+    CHECK(*n >= 1);
+  }
+  // Without a client certificate, or without TLS, the member refuses: the
+  // connection gets an error, never an answer.
+  for (const std::string& url :
+       {"etcd://" + client + "/tls?op-timeout-ms=3000&cacert=" + dir +
+            "/ca.pem",
+        "etcd://" + client + "/tls?op-timeout-ms=3000"}) {
+    CAPTURE(url);
+    auto bad = parseEtcdUrl(url);
+    REQUIRE(bad.has_value());
+    bad->rpc_timeout = 500ms;
+    EtcdBackend b(*bad);
+    BackendHarness h(b);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, get("k")).empty());
+    CHECK(h.conn(1).closed);
+  }
+  // Parameter errors.
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cacert=" + dir + "/missing.pem"));
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cacert=" + dir + "/ca.pem&cert=" + dir +
+                           "/client.pem"));
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cert=" + dir + "/client.pem&key=" + dir +
+                           "/client.key"));
 }
