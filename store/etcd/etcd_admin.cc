@@ -104,4 +104,21 @@ Result<std::int64_t> deleteJobKeys(const EtcdOptions& options) {
   return deleted;
 }
 
+Status deleteGatewayMarkers(const EtcdOptions& options,
+                            std::string_view gateway_id) {
+  EtcdOptions bounded = options;
+  bounded.op_timeout = std::min<std::chrono::milliseconds>(
+      options.op_timeout, std::chrono::seconds(2));
+  std::string start = markerRangeStart(options);
+  start.append(gateway_id).push_back('/');
+  return eachMember(bounded,
+                    [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
+                      etcdserverpb::DeleteRangeRequest del;
+                      del.set_key(start);
+                      del.set_range_end(prefixRangeEnd(start));
+                      etcdserverpb::DeleteRangeResponse resp;
+                      return kv.DeleteRange(&ctx, del, &resp);
+                    });
+}
+
 }  // namespace tcpstore::store

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "store/etcd/etcd_options.h"
 #include "tcpstore/status.h"
@@ -23,6 +25,12 @@ Status checkEtcd(const EtcdOptions& options);
 // gateway still serving the prefix would see its keys vanish (as if deleted).
 // Blocks the calling thread.
 Result<std::int64_t> deleteJobKeys(const EtcdOptions& options);
+
+// Deletes the marker keys of one gateway (EtcdBackend's id `gateway_id`),
+// trying the members for at most min(options.op_timeout, 2 s); for a
+// gateway's orderly shutdown. Blocks the calling thread. Errors: kIoError.
+Status deleteGatewayMarkers(const EtcdOptions& options,
+                            std::string_view gateway_id);
 
 // The first key of the range holding the marker keys of options.prefix.
 std::string markerRangeStart(const EtcdOptions& options);

@@ -67,6 +67,15 @@ void EtcdBackend::close() {
   if (closed_) return;
   closed_ = true;
   if (rpc_) rpc_->close();
+  // This gateway's marker keys serve only its own retries: gone with it
+  // (an orderly shutdown; a killed gateway's stay until --delete-prefix).
+  // Blocks the loop for at most 2 s, once, at shutdown.
+  if (cas_seq_ > 0) {
+    Status st = deleteGatewayMarkers(options_, gateway_id_);
+    if (!st.isOk() && options_.log) {
+      options_.log("etcd: marker keys left behind: " + st.message());
+    }
+  }
   watch_ = nullptr;  // freed by rpc_->close()
   queue_watch_ = nullptr;
   key_watch_ = nullptr;

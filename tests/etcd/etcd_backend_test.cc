@@ -1025,3 +1025,21 @@ TEST_CASE("tls: the backend reaches etcd over TLS with a client certificate") {
   CHECK_FALSE(parseEtcdUrl("etcd://h:1?cert=" + dir + "/client.pem&key=" + dir +
                            "/client.key"));
 }
+
+TEST_CASE("lifetime: a gateway's marker keys go with its orderly close") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("markers"));
+  cluster.start();
+  const EtcdOptions o = optionsFor(cluster, "mk");
+  {
+    EtcdBackend a(o);
+    BackendHarness h(a);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, set("x", "1")).empty());  // writes a marker key
+    CHECK(h.roundTrip(1, add("n", 1)).size() == 8);
+    h.stop();
+  }
+  // Left: the two job keys only (each write also wrote a marker key).
+  auto n = tcpstore::store::deleteJobKeys(o);
+  REQUIRE(n.has_value());
+  CHECK(*n == 2);
+}
