@@ -45,6 +45,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n distinct free ports: all held bound until all are picked (one at a time, the kernel may
+    hand out the same port twice)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 class EtcdCluster:
     """Three etcd members on loopback; data under a temporary directory removed at the end."""
 
@@ -53,8 +68,9 @@ class EtcdCluster:
     def __init__(self, etcd_bin):
         self.bin = etcd_bin
         self.root = tempfile.mkdtemp(prefix="tcpstore-gw-etcd-")
-        self.client = [free_port() for _ in self.NAMES]
-        self.peer = [free_port() for _ in self.NAMES]
+        ports = free_ports(2 * len(self.NAMES))
+        self.client = ports[:len(self.NAMES)]
+        self.peer = ports[len(self.NAMES):]
         self.procs = [None] * len(self.NAMES)
         cluster = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.NAMES, self.peer))
         for i, name in enumerate(self.NAMES):

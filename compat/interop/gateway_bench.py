@@ -4,6 +4,9 @@
 tcpstore-bench scenarios against each, REPS times (medians are read off by hand).
 
   compat/interop/gateway_bench.py [BUILD_BIN_DIR] [REPS]
+  compat/interop/gateway_bench.py BUILD_BIN_DIR REPS adds
+      adds/s on ONE key through one gateway, with combining (the default) and without
+      (`?combine-adds=0`), for several client counts
 """
 import os
 import subprocess
@@ -15,6 +18,8 @@ import interop  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/bin"
 REPS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+MODE = sys.argv[3] if len(sys.argv) > 3 else "scenarios"
+ADD_CLIENTS = [1, 16, 64]
 SCENARIOS = [
     ["rendezvous", "--dialect", "2.x", "--ranks", "4096", "--barrier", "2.x"],
     ["ops", "--op", "get", "--clients", "1", "--seconds", "3"],
@@ -23,7 +28,32 @@ SCENARIOS = [
 ]
 
 
+def adds():
+    cluster = gateway.EtcdCluster("/usr/bin/etcd")
+    servers = []
+    try:
+        for combine in ("1", "0"):
+            srv = gateway.gateway(f"{BIN}/tcpstore-server",
+                                  cluster.url(f"adds{combine}") + f"?combine-adds={combine}")
+            servers.append(srv)
+            for clients in ADD_CLIENTS:
+                for _ in range(REPS):
+                    args = ["ops", "--addr", f"127.0.0.1:{srv.port}", "--op", "add", "--keys", "1",
+                            "--clients", str(clients), "--seconds", "3", "--timeout", "60"]
+                    r = subprocess.run([f"{BIN}/tcpstore-bench", *args], capture_output=True,
+                                       text=True, timeout=90)
+                    print(f"combine-adds={combine} clients={clients}: "
+                          f"{r.stdout.strip() or r.stderr.strip()}", flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+        interop.kill_all()
+        cluster.stop()
+
+
 def main():
+    if MODE == "adds":
+        return adds()
     cluster = gateway.EtcdCluster("/usr/bin/etcd")
     servers = []
     try:

@@ -34,6 +34,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def free_ports(n):
+    """n distinct free ports: all held bound until all are picked (one at a time, the kernel may
+    hand out the same port twice)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def say(msg):
     print(f"gateway_server: {msg}", file=sys.stderr, flush=True)
 
@@ -89,7 +104,9 @@ def main():
     etcd = gw = None
     rc = 0
     try:
-        client, peer = free_port(), free_port()
+        # Not the gateway's own port (chosen by our caller, not yet bound).
+        client, peer = next(pp for pp in (free_ports(2) for _ in range(20))
+                            if args.port not in pp)
         log = open(os.path.join(root, "etcd.log"), "w")
         etcd = subprocess.Popen(
             [args.etcd_bin, "--name=conform", f"--data-dir={root}/data",

@@ -33,7 +33,7 @@
 // the client confirms them with one round trip on the primary connection
 // (PING in 2.x, an empty CHECK in 1.13), so read-your-writes holds per client.
 //
-// Sharing. Clients connected to the same (host, port, dialect) in one process
+// Sharing. Clients connected to the same (endpoints, dialect) in one process
 // share one connection set (a process-wide registry of weak references);
 // withPrefix() views share it too. Connect options of the first Client win
 // for the shared connections; timeouts are per handle.
@@ -52,7 +52,40 @@
 // the next call reconnects lazily. A timed-out short operation (reply not in
 // time) also closes its connection. Broken connections are reconnected lazily
 // on the next call; a request that may have reached the server is never re-sent
-// automatically.
+// automatically (except idempotent ones with several endpoints, below).
+//
+// Several endpoints (failover). ClientOptions::endpoints may list several
+// servers of ONE store: tcpstore-server gateways over the same etcd prefix
+// (`--backend etcd://...`), never independent in-memory servers (their states
+// differ, and nothing here could tell). With two or more:
+//   - Connecting tries them in list order, starting with the one that
+//     answered last; each attempt is bounded by 2 s (a frozen host does not
+//     hold up the others); after a round in which none answered the client
+//     backs off (RetryPolicy) and tries again, until the connect deadline.
+//   - A connection that is lost (the server closed or reset it, a socket
+//     error) makes the next connection start at the next endpoint.
+//   - Re-issued: the idempotent operations get, wait, multiGet, check,
+//     numKeys, listKeys, ping and queueLen, and the WAIT of the fallback
+//     barrier (barrier.cc). When their connection is lost they are sent again
+//     on a connection to the next endpoint (a WAIT from the start, so no
+//     wake-up is lost: the gateway reads before it watches), at most once per
+//     endpoint and within the call's deadline. A get whose key was deleted
+//     between its wait and its read (the server closes) waits again.
+//   - Not re-issued: set, append, multiSet, queuePush, add, compareSet,
+//     deleteKey, queuePop, barrier (BARRIER) and waitForWorkers' count. If
+//     their connection is lost after the request went out, they return
+//     kClosed with a message that says "outcome unknown": the request may or
+//     may not have been applied (a request the server refused by closing,
+//     e.g. ADD on a non-numeric value, looks the same). Nothing is applied
+//     twice behind the caller's back; whether to retry is the caller's
+//     decision. The next call goes to the next endpoint.
+//   - Reply-less writes are confirmed: set, append, multiSet and queuePush go
+//     out in one write with a PING (1.13: an empty CHECK) and return once its
+//     answer came, so OK means applied (one round trip each, instead of none).
+// A server that hangs without closing (a stopped process, a partition that
+// drops packets) is not detected: calls on it run into their deadlines
+// (kTimeout) and are not re-issued. With one endpoint nothing of this
+// applies: nothing is re-issued and reply-less writes return once sent.
 //
 // Errors. Every call returns a Status or Result (status.h); none throws
 // (std::bad_alloc aside). Besides the codes listed at each method, any call
@@ -110,10 +143,26 @@ struct RetryPolicy {
   double jitter = 0.5;
 };
 
+// One server address.
+struct Endpoint {
+  // Host name or address; "[::1]" brackets are accepted and stripped.
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// Parses "HOST:PORT[,HOST:PORT...]" ("[::1]:PORT" for IPv6 addresses) into
+// endpoints, in order. Errors: kInvalidArgument (an empty list or entry, a
+// missing host, a port outside 1..65535). Never blocks.
+Result<std::vector<Endpoint>> parseEndpoints(std::string_view list);
+
 struct ClientOptions {
   // Host name or address; "[::1]" brackets are accepted and stripped.
+  // Ignored if `endpoints` is non-empty.
   std::string host = "127.0.0.1";
   std::uint16_t port = 29500;
+  // If non-empty, the servers to use instead of host/port: two or more turn
+  // on failover ("Several endpoints" above). Every port must be non-zero.
+  std::vector<Endpoint> endpoints;
   Dialect dialect = Dialect::kV2;
   // Default for waits, blocking reads and short-operation replies (torch's
   // store timeout, default 300 s).
@@ -130,7 +179,8 @@ struct ClientOptions {
   // Reply limits (a value or key longer than this is a protocol error).
   std::uint64_t max_value_bytes = 256ull * 1024 * 1024;
   std::uint64_t max_reply_keys = 4ull * 1024 * 1024;
-  // Share connections with other Clients of the same endpoint in this process.
+  // Share connections with other Clients of the same endpoint list (and
+  // dialect) in this process.
   bool share_connections = true;
 };
 
@@ -140,7 +190,7 @@ class Client {
 
   // Connects (with retry, until options.connect_timeout) and returns a handle.
   // With share_connections, reuses this process's connection set for the same
-  // (host, port, dialect) if one exists, after checking its primary
+  // (endpoints, dialect) if one exists, after checking its primary
   // connection. Errors: kInvalidArgument (port 0, a negative timeout);
   // kRefused (retries exhausted after a real failure, e.g. nobody listening
   // or a failed 2.x handshake with a 1.13 server); kTimeout (no attempt got

@@ -24,6 +24,9 @@ torch.distributed.TCPStore(...).get("foo").
 
 options (only before COMMAND; everything after COMMAND is an argument):
   --addr HOST:PORT     server address (default 127.0.0.1:29500; IPv6: [::1]:29500)
+  --addr H1:P1,H2:P2   several gateways of one store (tcpstore-server --backend
+                       etcd://...): connects to the first that answers, re-issues
+                       reads and waits on the next one if it is lost
   --dialect 2.x|1.13   wire dialect of the server (default 2.x)
   --timeout SECONDS    connect, wait and reply timeout (default 300)
   --prefix PREFIX      key prefix, like torch's PrefixStore(PREFIX, store)
@@ -189,7 +192,17 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     } else if (optValue(arg, "--addr", v)) {
-      parseAddr(v, opts.host, opts.port);
+      if (v.find(',') == std::string::npos) {
+        parseAddr(v, opts.host, opts.port);
+        opts.endpoints.clear();
+      } else {
+        // Several gateways of one store: failover (client.h).
+        auto eps = tcpstore::parseEndpoints(v);
+        if (!eps) usage(fmt::format("bad --addr: {}", eps.error().message()));
+        opts.endpoints = std::move(*eps);
+        opts.host = opts.endpoints.front().host;
+        opts.port = opts.endpoints.front().port;
+      }
     } else if (optValue(arg, "--dialect", v)) {
       if (v == "2.x" || v == "2") {
         opts.dialect = tcpstore::Dialect::kV2;

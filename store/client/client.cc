@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "store/client/shared.h"
 
@@ -34,12 +35,50 @@ std::string stripBrackets(std::string host) {
   return host;
 }
 
+bool parsePort(std::string_view text, std::uint16_t& port) {
+  unsigned v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v == 0 ||
+      v > 65535) {
+    return false;
+  }
+  port = static_cast<std::uint16_t>(v);
+  return true;
+}
+
 Status notIn113(std::string_view what) {
   return Status::notSupported(
       fmt::format("{} is not available in the 1.13 dialect", what));
 }
 
 }  // namespace
+
+Result<std::vector<Endpoint>> parseEndpoints(std::string_view list) {
+  std::vector<Endpoint> out;
+  std::string_view rest = list;
+  for (;;) {
+    const auto comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const auto colon = item.rfind(':');
+    Endpoint e;
+    if (colon == std::string_view::npos || colon == 0 ||
+        !parsePort(item.substr(colon + 1), e.port)) {
+      return Status::invalidArgument(
+          fmt::format("'{}' in '{}' is not HOST:PORT with a port in 1..65535",
+                      std::string(item), std::string(list)));
+    }
+    e.host = stripBrackets(std::string(item.substr(0, colon)));
+    if (e.host.empty() ||
+        (e.host.find(':') != std::string::npos && item.front() != '[')) {
+      return Status::invalidArgument(
+          fmt::format("'{}' in '{}': write an IPv6 address as [ADDR]:PORT",
+                      std::string(item), std::string(list)));
+    }
+    out.push_back(std::move(e));
+    if (comma == std::string_view::npos) return out;
+    rest = rest.substr(comma + 1);
+  }
+}
 
 Client::Client(std::shared_ptr<Shared> shared, std::string prefix,
                Millis timeout)
@@ -48,15 +87,25 @@ Client::Client(std::shared_ptr<Shared> shared, std::string prefix,
       timeout_(timeout) {}
 
 Result<Client> Client::connect(const ClientOptions& options) {
-  if (options.port == 0) {
-    return Status::invalidArgument("port 0 cannot be dialled");
+  ConnectConfig cfg;
+  if (options.endpoints.empty()) {
+    cfg.endpoints.push_back(
+        {stripBrackets(options.host.empty() ? "127.0.0.1" : options.host),
+         options.port});
+  } else {
+    for (const auto& e : options.endpoints) {
+      cfg.endpoints.push_back(
+          {stripBrackets(e.host.empty() ? "127.0.0.1" : e.host), e.port});
+    }
+  }
+  for (const auto& e : cfg.endpoints) {
+    if (e.port == 0) {
+      return Status::invalidArgument("port 0 cannot be dialled");
+    }
   }
   if (options.timeout.count() < 0 || options.connect_timeout.count() < 0) {
     return Status::invalidArgument("negative timeout");
   }
-  ConnectConfig cfg;
-  cfg.host = stripBrackets(options.host.empty() ? "127.0.0.1" : options.host);
-  cfg.port = options.port;
   cfg.dialect = client_detail::toProtocol(options.dialect);
   cfg.retry = options.retry;
   cfg.limits.max_value_bytes = options.max_value_bytes;
@@ -102,13 +151,15 @@ Result<std::string> Client::get(std::string_view key) const {
 Result<std::string> Client::get(std::string_view key, Millis timeout) const {
   const Deadline deadline = deadlineAfter(timeout);
   const std::string k = wireKey(prefix_, key);
-  return shared_->waitThen(
-      {k}, deadline, fmt::format("get: wait for key {}", std::string(key)),
-      [&](Connection& c) -> Result<std::string> {
-        auto r = c.roundTrip(requests::get(k), deadline);
-        if (!r) return r.error();
-        return std::move(r->value);
-      });
+  return shared_->reissuing(deadline, [&] {
+    return shared_->waitThen(
+        {k}, deadline, fmt::format("get: wait for key {}", std::string(key)),
+        [&](Connection& c) -> Result<std::string> {
+          auto r = c.roundTrip(requests::get(k), deadline);
+          if (!r) return r.error();
+          return std::move(r->value);
+        });
+  });
 }
 
 Result<std::int64_t> Client::add(std::string_view key,
@@ -130,8 +181,11 @@ Result<std::string> Client::compareSet(std::string_view key,
 }
 
 Result<bool> Client::check(const std::vector<std::string>& keys) const {
-  auto r = shared_->shortOp(requests::check(wireKeys(prefix_, keys)),
-                            deadlineAfter(timeout_));
+  const Deadline deadline = deadlineAfter(timeout_);
+  const std::vector<std::string> wire = wireKeys(prefix_, keys);
+  const protocol::Request req = requests::check(wire);  // views into `wire`
+  auto r = shared_->reissuing(deadline,
+                              [&] { return shared_->shortOp(req, deadline); });
   if (!r) return r.error();
   if (r->byte == protocol::kCheckReady) return true;
   if (r->byte == protocol::kCheckNotReady) return false;
@@ -159,7 +213,10 @@ Result<bool> Client::deleteKey(std::string_view key) const {
 }
 
 Result<std::int64_t> Client::numKeys() const {
-  auto r = shared_->shortOp(requests::numKeys(), deadlineAfter(timeout_));
+  const Deadline deadline = deadlineAfter(timeout_);
+  auto r = shared_->reissuing(deadline, [&] {
+    return shared_->shortOp(requests::numKeys(), deadline);
+  });
   if (!r) return r.error();
   return r->number;
 }
@@ -179,15 +236,17 @@ Result<std::vector<std::string>> Client::multiGet(
   if (!shared_->v2()) return notIn113("multiGet");
   const Deadline deadline = deadlineAfter(timeout_);
   const std::vector<std::string> wire = wireKeys(prefix_, keys);
-  return shared_->waitThen(
-      wire, deadline,
-      fmt::format("multiGet: wait for keys [{}]",
-                  client_detail::joinKeys(keys)),
-      [&](Connection& c) -> Result<std::vector<std::string>> {
-        auto r = c.roundTrip(requests::multiGet(wire), deadline, wire.size());
-        if (!r) return r.error();
-        return std::move(r->values);
-      });
+  return shared_->reissuing(deadline, [&] {
+    return shared_->waitThen(
+        wire, deadline,
+        fmt::format("multiGet: wait for keys [{}]",
+                    client_detail::joinKeys(keys)),
+        [&](Connection& c) -> Result<std::vector<std::string>> {
+          auto r = c.roundTrip(requests::multiGet(wire), deadline, wire.size());
+          if (!r) return r.error();
+          return std::move(r->values);
+        });
+  });
 }
 
 Status Client::multiSet(const std::vector<std::string>& keys,
@@ -206,7 +265,10 @@ Status Client::multiSet(const std::vector<std::string>& keys,
 Status Client::ping() const {
   if (!shared_->v2()) return notIn113("ping");
   const auto nonce = static_cast<std::uint32_t>(::getpid()) ^ 0x5a5a5a5au;
-  auto r = shared_->shortOp(requests::ping(nonce), deadlineAfter(timeout_));
+  const Deadline deadline = deadlineAfter(timeout_);
+  auto r = shared_->reissuing(deadline, [&] {
+    return shared_->shortOp(requests::ping(nonce), deadline);
+  });
   if (!r) return r.error();
   if (r->u32 != nonce) {
     return Status::protocolError(
@@ -256,7 +318,9 @@ Result<std::int64_t> Client::queueLen(std::string_view key) const {
   const Deadline deadline = deadlineAfter(timeout_);
   const std::string k = wireKey(prefix_, key);
   auto r = shared_->probed(Feature::kQueues, deadline, [&](bool) {
-    return shared_->shortOp(requests::queueLen(k), deadline);
+    return shared_->reissuing(deadline, [&] {
+      return shared_->shortOp(requests::queueLen(k), deadline);
+    });
   });
   if (!r) return lacks(Feature::kQueues, "QUEUE_LEN");
   if (!*r) return r->error();
@@ -295,7 +359,9 @@ Result<std::vector<std::string>> Client::listKeys() const {
   if (!shared_->v2()) return notIn113("listKeys");
   const Deadline deadline = deadlineAfter(timeout_);
   auto r = shared_->probed(Feature::kListKeys, deadline, [&](bool) {
-    return shared_->shortOp(requests::listKeys(), deadline);
+    return shared_->reissuing(deadline, [&] {
+      return shared_->shortOp(requests::listKeys(), deadline);
+    });
   });
   if (!r) return lacks(Feature::kListKeys, "LIST_KEYS");
   if (!*r) return r->error();

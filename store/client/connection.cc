@@ -82,6 +82,22 @@ double jitterFactor(double jitter) {
   return dist(rng);
 }
 
+std::string endpointName(const Endpoint& e) {
+  if (e.host.find(':') != std::string::npos) {
+    return fmt::format("[{}]:{}", e.host, e.port);
+  }
+  return fmt::format("{}:{}", e.host, e.port);
+}
+
+std::string endpointList(const ConnectConfig& c) {
+  std::string s;
+  for (const auto& e : c.endpoints) {
+    if (!s.empty()) s += ", ";
+    s += endpointName(e);
+  }
+  return s;
+}
+
 Status closedStatus(const std::string& peer, std::string_view what) {
   return Status::closed(
       fmt::format("{}: server {} closed the connection", what, peer));
@@ -103,14 +119,13 @@ Connection::~Connection() {
 }
 
 std::string Connection::peer() const {
-  if (config_.host.find(':') != std::string::npos) {
-    return fmt::format("[{}]:{}", config_.host, config_.port);
-  }
-  return fmt::format("{}:{}", config_.host, config_.port);
+  return endpointName(config_.endpoints[endpoint_]);
 }
 
 Result<std::unique_ptr<Connection>> Connection::open(
-    const ConnectConfig& config, Deadline deadline) {
+    const ConnectConfig& config, Deadline deadline, std::size_t first) {
+  const std::size_t n = config.endpoints.size();
+  if (n == 0) return Status::invalidArgument("no endpoint to connect to");
   auto delay =
       std::chrono::duration<double, std::milli>(config.retry.initial_backoff);
   const auto max_delay =
@@ -118,12 +133,22 @@ Result<std::unique_ptr<Connection>> Connection::open(
   int attempt = 0;
   Status last_non_timeout;  // OK until an attempt fails other than by timeout
   for (;;) {
-    ++attempt;
+    // One round: an attempt on each endpoint.
     bool retryable = false;
-    auto r = openOnce(config, deadline, retryable);
-    if (r.has_value()) return r;
-    Status e = r.error();
-    if (!e.isTimeout()) last_non_timeout = e;
+    Status e;
+    for (std::size_t k = 0; k < n; ++k) {
+      ++attempt;
+      bool again = false;
+      const Deadline until =
+          n == 1 ? deadline
+                 : std::min(deadline, deadlineAfter(kEndpointAttempt));
+      auto r = openOnce(config, (first + k) % n, until, again);
+      if (r.has_value()) return r;
+      e = r.error();
+      if (!e.isTimeout()) last_non_timeout = e;
+      retryable = retryable || again;
+      if (Clock::now() >= deadline) break;
+    }
     auto now = Clock::now();
     if (!retryable || now >= deadline) {
       if (!retryable) return e;
@@ -133,9 +158,9 @@ Result<std::unique_ptr<Connection>> Connection::open(
       StatusCode code =
           last_non_timeout.isOk() ? StatusCode::kTimeout : StatusCode::kRefused;
       return Status(code,
-                    fmt::format("could not connect to {}:{} within the connect "
+                    fmt::format("could not connect to {} within the connect "
                                 "deadline ({} attempt{}); last error: {}",
-                                config.host, config.port, attempt,
+                                endpointList(config), attempt,
                                 attempt == 1 ? "" : "s", shown.toString()));
     }
     auto sleep = delay * jitterFactor(config.retry.jitter);
@@ -149,15 +174,17 @@ Result<std::unique_ptr<Connection>> Connection::open(
 }
 
 Result<std::unique_ptr<Connection>> Connection::openOnce(
-    const ConnectConfig& config, Deadline deadline, bool& retryable) {
+    const ConnectConfig& config, std::size_t endpoint, Deadline deadline,
+    bool& retryable) {
   retryable = false;
+  const Endpoint& ep = config.endpoints[endpoint];
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  std::string port = std::to_string(config.port);
-  int gai = ::getaddrinfo(config.host.c_str(), port.c_str(), &hints, &res);
+  std::string port = std::to_string(ep.port);
+  int gai = ::getaddrinfo(ep.host.c_str(), port.c_str(), &hints, &res);
   if (gai != 0) {
     // Name resolution may fail transiently (DNS not up yet, a peer's name not
     // published yet): retry until the deadline.
@@ -166,8 +193,8 @@ Result<std::unique_ptr<Connection>> Connection::openOnce(
                 || gai == EAI_NODATA
 #endif
                 || (gai == EAI_SYSTEM && retryableErrno(errno));
-    return Status::refused(fmt::format("cannot resolve host '{}': {}",
-                                       config.host, ::gai_strerror(gai)));
+    return Status::refused(fmt::format("cannot resolve host '{}': {}", ep.host,
+                                       ::gai_strerror(gai)));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res,
                                                              &::freeaddrinfo);
@@ -183,7 +210,7 @@ Result<std::unique_ptr<Connection>> Connection::openOnce(
       retryable = retryable || err == EAFNOSUPPORT || retryableErrno(err);
       continue;
     }
-    std::unique_ptr<Connection> conn(new Connection(fd, config));
+    std::unique_ptr<Connection> conn(new Connection(fd, config, endpoint));
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     int err = rc == 0 ? 0 : errno;
     if (rc != 0 && (err == EINPROGRESS || err == EINTR)) {
@@ -380,6 +407,7 @@ bool Connection::idleHealthy() {
   if (r == 0) return true;
   // Readable while idle: EOF, a reset, or unsolicited bytes. Unusable.
   broken_ = true;
+  lost_ = true;
   return false;
 }
 

@@ -23,8 +23,9 @@ using Deadline = Clock::time_point;
 Deadline deadlineAfter(std::chrono::milliseconds d) noexcept;
 
 struct ConnectConfig {
-  std::string host;  // brackets already stripped
-  std::uint16_t port = 0;
+  // At least one; hosts with brackets already stripped. Two or more: the
+  // failover mode of client.h ("Several endpoints").
+  std::vector<Endpoint> endpoints;
   protocol::Dialect dialect = protocol::Dialect::kV2;
   RetryPolicy retry;
   protocol::Limits limits;
@@ -39,13 +40,21 @@ struct OwnedReply {
   std::vector<std::string> values;
 };
 
+// One connect attempt on one endpoint of several gets at most this long, so
+// a frozen server (a stopped process, a host that drops packets) does not
+// hold up the others.
+inline constexpr std::chrono::milliseconds kEndpointAttempt{2000};
+
 class Connection {
  public:
   // Connects, retrying retryable failures (refused, reset, unreachable, name
   // resolution, failed handshake) with backoff until `deadline`, which it
-  // never sleeps past.
+  // never sleeps past. Several endpoints: one attempt on each per round
+  // (at most kEndpointAttempt each), starting with endpoints[first]; the
+  // backoff comes after a round that found none.
   static Result<std::unique_ptr<Connection>> open(const ConnectConfig& config,
-                                                  Deadline deadline);
+                                                  Deadline deadline,
+                                                  std::size_t first = 0);
 
   ~Connection();
   Connection(const Connection&) = delete;
@@ -68,6 +77,11 @@ class Connection {
 
   bool broken() const noexcept { return broken_; }
   void markBroken() noexcept { broken_ = true; }
+  // Broken because the server went away (closed, reset, a socket error),
+  // not by a timeout or a bad reply.
+  bool lost() const noexcept { return lost_; }
+  // Index of its endpoint in ConnectConfig::endpoints.
+  std::size_t endpoint() const noexcept { return endpoint_; }
   // True if the connection looks reusable: not broken, nothing unexpected
   // buffered, no EOF/error pending on the socket (a poll(0) check).
   bool idleHealthy();
@@ -75,14 +89,17 @@ class Connection {
   std::string peer() const;  // "host:port"
 
  private:
-  Connection(int fd, const ConnectConfig& config) : fd_(fd), config_(config) {}
+  Connection(int fd, const ConnectConfig& config, std::size_t endpoint)
+      : fd_(fd), config_(config), endpoint_(endpoint) {}
   static Result<std::unique_ptr<Connection>> openOnce(
-      const ConnectConfig& config, Deadline deadline, bool& retryable);
+      const ConnectConfig& config, std::size_t endpoint, Deadline deadline,
+      bool& retryable);
   Status handshake(Deadline deadline);
   // Receives at least one more byte into rx_ (poll + recv).
   Status fill(Deadline deadline);
   Status fail(Status s) {
     broken_ = true;
+    if (s.isClosed() || s.code() == StatusCode::kIoError) lost_ = true;
     return s;
   }
 
@@ -90,7 +107,9 @@ class Connection {
   ConnectConfig config_;
   std::string rx_;
   std::size_t rx_off_ = 0;
+  std::size_t endpoint_ = 0;
   bool broken_ = false;
+  bool lost_ = false;
 };
 
 }  // namespace tcpstore::client_detail

@@ -36,6 +36,24 @@ std::string joinKeys(const std::vector<std::string>& keys) {
   return s;
 }
 
+bool idempotent(protocol::Command c) noexcept {
+  using protocol::Command;
+  switch (c) {
+    case Command::kValidate:
+    case Command::kGet:
+    case Command::kCheck:
+    case Command::kWait:
+    case Command::kGetNumKeys:
+    case Command::kMultiGet:
+    case Command::kPing:
+    case Command::kQueueLen:
+    case Command::kListKeys:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Status lacks(Feature f, std::string_view command) {
   return Status::notSupported(fmt::format(
       "the server does not implement {} (it closed the connection on it; {})",
@@ -47,7 +65,10 @@ Status lacks(Feature f, std::string_view command) {
 namespace {
 
 std::string registryKey(const ConnectConfig& c) {
-  return fmt::format("{}|{}|{}", c.host, c.port, static_cast<int>(c.dialect));
+  std::string key;
+  for (const auto& e : c.endpoints)
+    key += fmt::format("{}|{}|", e.host, e.port);
+  return key + std::to_string(static_cast<int>(c.dialect));
 }
 
 // Both leak on purpose: a Client destroyed during static destruction (a
@@ -89,6 +110,7 @@ Result<std::shared_ptr<Shared>> Shared::attach(
   shared->registry_key_ = key;
   auto conn = Connection::open(config, deadline);
   if (!conn) return conn.error();
+  shared->current_ = (*conn)->endpoint();
   shared->primary_ = std::move(*conn);
 
   if (share) {
@@ -123,16 +145,74 @@ Deadline Shared::connectDeadline(Deadline call) const {
   return std::min(std::max(call, floor), deadlineAfter(connect_timeout_));
 }
 
+Result<std::unique_ptr<Connection>> Shared::open(Deadline deadline) {
+  auto c = Connection::open(config_, connectDeadline(deadline),
+                            current_.load(std::memory_order_relaxed));
+  if (c) current_.store((*c)->endpoint(), std::memory_order_relaxed);
+  return c;
+}
+
+void Shared::noteDropped(const Connection& c) {
+  if (!failover() || !c.lost()) return;
+  // Only the first of several connections lost on one endpoint moves on.
+  std::size_t from = c.endpoint();
+  current_.compare_exchange_strong(from, (from + 1) % config_.endpoints.size());
+}
+
+Status Shared::outcomeUnknown(const Status& s,
+                              protocol::Command command) const {
+  if (!failover() || !lostConnection(s) || idempotent(command)) return s;
+  return Status(s.code(),
+                fmt::format("{}: outcome unknown ({} may or may not have "
+                            "been applied; not re-sent; the next call uses "
+                            "the next endpoint)",
+                            s.message(), protocol::commandName(command)));
+}
+
+Result<OwnedReply> Shared::confirmedWrite(Connection& c,
+                                          const protocol::Request& req,
+                                          Deadline deadline) {
+  const std::uint32_t nonce = static_cast<std::uint32_t>(::getpid()) ^ 0xc0f1u;
+  const protocol::Request confirm =
+      v2() ? requests::ping(nonce) : requests::check({});
+  std::string out;
+  if (!protocol::encodeRequest(config_.dialect, req, out)) {
+    return Status::notSupported(fmt::format(
+        "{} is not part of the {} dialect", protocol::commandName(req.command),
+        protocol::dialectName(config_.dialect)));
+  }
+  (void)protocol::encodeRequest(config_.dialect, confirm, out);
+  Status s = c.sendBytes(out, deadline);
+  if (!s) return s;
+  OwnedReply reply;
+  s = c.receive(protocol::replyShapeOf(confirm.command), 0, deadline, reply);
+  if (!s) {
+    c.markBroken();  // a late answer would desynchronize the stream
+    return s;
+  }
+  const bool ok =
+      v2() ? reply.u32 == nonce : reply.byte == protocol::kCheckReady;
+  if (!ok) {
+    c.markBroken();
+    return Status::protocolError(fmt::format(
+        "{}: the confirming {} got a wrong answer",
+        protocol::commandName(req.command), v2() ? "PING" : "CHECK"));
+  }
+  return OwnedReply{};
+}
+
 Result<OwnedReply> Shared::shortOp(const protocol::Request& req,
                                    Deadline deadline, std::uint64_t count) {
+  const bool no_reply =
+      protocol::replyShapeOf(req.command) == protocol::ReplyShape::kNone;
   return withPrimary(deadline, [&](Connection& c) -> Result<OwnedReply> {
-    auto r = c.roundTrip(req, deadline, count);
-    if (r) {
-      if (protocol::replyShapeOf(req.command) == protocol::ReplyShape::kNone) {
-        markDirty();
-      } else {
-        clean();
-      }
+    auto r = no_reply && failover() ? confirmedWrite(c, req, deadline)
+                                    : c.roundTrip(req, deadline, count);
+    if (!r) return outcomeUnknown(r.error(), req.command);
+    if (no_reply && !failover()) {
+      markDirty();
+    } else {
+      clean();
     }
     return r;
   });
@@ -165,11 +245,12 @@ Result<Shared::Lease> Shared::borrow(Deadline deadline) {
         ++borrowed_;
         return Lease(this, std::move(c));
       }
+      noteDropped(*c);
     }
     // Counted while connecting, so openConnections() sees it.
     ++borrowed_;
   }
-  auto c = Connection::open(config_, connectDeadline(deadline));
+  auto c = open(deadline);
   if (!c) {
     std::lock_guard<std::mutex> lock(pool_mu_);
     --borrowed_;
@@ -183,6 +264,7 @@ void Shared::giveBack(std::unique_ptr<Connection> c) {
   std::unique_ptr<Connection> drop;
   std::lock_guard<std::mutex> lock(pool_mu_);
   --borrowed_;
+  if (c && c->broken()) noteDropped(*c);
   if (c && !c->broken() && idle_.size() < max_idle_) {
     idle_.push_back(std::move(c));
   } else {
@@ -206,9 +288,10 @@ std::size_t Shared::openConnections() {
 Status Shared::blockingWait(Connection& c, const protocol::Request& req,
                             Deadline deadline, std::string_view what) {
   Status s = c.send(req, deadline);
-  if (!s) return s;
+  if (!s) return outcomeUnknown(s, req.command);
   OwnedReply reply;
   s = c.receive(protocol::ReplyShape::kByte, 0, deadline, reply);
+  if (!s && !s.isTimeout()) return outcomeUnknown(s, req.command);
   if (s) {
     if (reply.byte != protocol::kStopWaiting) {
       c.markBroken();

@@ -46,6 +46,15 @@ std::vector<std::string> wireKeys(std::string_view prefix,
 // "a, b, c", for error messages.
 std::string joinKeys(const std::vector<std::string>& keys);
 
+// A failure that means the connection was lost (closed, reset, a socket
+// error), as opposed to a deadline or a bad reply.
+inline bool lostConnection(const Status& s) {
+  return s.isClosed() || s.code() == StatusCode::kIoError;
+}
+// Commands that may be sent again after a lost connection (failover): they
+// change nothing, so a second copy cannot double-apply.
+bool idempotent(protocol::Command c) noexcept;
+
 class Shared {
  public:
   // The connection set for `config`: the registered one if `share` and one
@@ -66,6 +75,32 @@ class Shared {
 
   Dialect dialect() const noexcept { return fromProtocol(config_.dialect); }
   bool v2() const noexcept { return config_.dialect == protocol::Dialect::kV2; }
+  // Two or more endpoints: client.h's "Several endpoints".
+  bool failover() const noexcept { return config_.endpoints.size() > 1; }
+
+  // Runs op() (an idempotent operation) and, in failover mode, runs it again
+  // while it fails because its connection was lost: at most once per
+  // endpoint, not past `deadline`. The lost connection has already moved
+  // the next connection to the next endpoint (noteDropped).
+  template <typename Op>
+  auto reissuing(Deadline deadline, Op&& op) -> decltype(op()) {
+    for (std::size_t tries = 1;; ++tries) {
+      auto outcome = op();
+      const Status s = statusOf(outcome);
+      if (s || !lostConnection(s) || tries >= config_.endpoints.size() ||
+          Clock::now() >= deadline) {
+        return outcome;
+      }
+      reissued_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // Operations re-issued so far (for tests and diagnostics).
+  std::uint64_t reissued() const noexcept {
+    return reissued_.load(std::memory_order_relaxed);
+  }
+  // In failover mode, `s` (a lost connection after `command` was sent)
+  // marked as an unknown outcome; `s` otherwise.
+  Status outcomeUnknown(const Status& s, protocol::Command command) const;
 
   // A connection borrowed for one blocking operation; given back to the pool
   // (if still healthy) when the lease ends.
@@ -93,16 +128,22 @@ class Shared {
   auto withPrimary(Deadline deadline, F&& f)
       -> decltype(f(std::declval<Connection&>())) {
     std::lock_guard<std::mutex> lock(primary_mu_);
-    if (primary_ && !primary_->idleHealthy()) primary_.reset();
+    if (primary_ && !primary_->idleHealthy()) {
+      noteDropped(*primary_);
+      primary_.reset();
+    }
     if (!primary_) {
-      auto c = Connection::open(config_, connectDeadline(deadline));
+      auto c = open(deadline);
       if (!c) return c.error();
       primary_ = std::move(*c);
       // The old connection's writes were flushed or lost with it.
       clean();
     }
     auto result = f(*primary_);
-    if (primary_->broken()) primary_.reset();
+    if (primary_->broken()) {
+      noteDropped(*primary_);
+      primary_.reset();
+    }
     return result;
   }
 
@@ -154,10 +195,13 @@ class Shared {
         });
   }
 
+  // A WAIT: re-issued after a lost connection in failover mode.
   Status waitKeys(const std::vector<std::string>& wire_keys, Deadline deadline,
                   std::string_view what) {
-    return waitThen(wire_keys, deadline, what,
-                    [](Connection&) { return Status::ok(); });
+    return reissuing(deadline, [&] {
+      return waitThen(wire_keys, deadline, what,
+                      [](Connection&) { return Status::ok(); });
+    });
   }
 
   // Capabilities::probed with "a fresh connection works" as the test.
@@ -179,6 +223,16 @@ class Shared {
   // that must first reconnect reports the wait's outcome, not a connect
   // failure.
   Deadline connectDeadline(Deadline call) const;
+  // A new connection for a call with `deadline`, starting at the current
+  // endpoint (which it then becomes).
+  Result<std::unique_ptr<Connection>> open(Deadline deadline);
+  // A connection about to be closed: if it was lost, later connections start
+  // at the endpoint after its own (failover mode).
+  void noteDropped(const Connection& c);
+  // A reply-less write followed by a PING (1.13: an empty CHECK) in one
+  // send; OK once that answer came (failover mode).
+  Result<OwnedReply> confirmedWrite(Connection& c, const protocol::Request& req,
+                                    Deadline deadline);
   void giveBack(std::unique_ptr<Connection> c);
   // Caller holds primary_mu_.
   void markDirty() {
@@ -209,6 +263,10 @@ class Shared {
   std::size_t borrowed_ = 0;                       // guarded by pool_mu_
 
   Capabilities caps_;
+
+  // Index into config_.endpoints where the next connection starts.
+  std::atomic<std::size_t> current_{0};
+  std::atomic<std::uint64_t> reissued_{0};
 };
 
 }  // namespace tcpstore::client_detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "store/etcd/etcd_rpc.h"
 
 namespace tcpstore::store {
 namespace {
@@ -24,7 +25,7 @@ Status eachMember(const EtcdOptions& options, Call call) {
   std::vector<std::unique_ptr<etcdserverpb::KV::Stub>> stubs;
   for (const std::string& ep : options.endpoints) {
     stubs.push_back(etcdserverpb::KV::NewStub(
-        grpc::CreateChannel(ep, grpc::InsecureChannelCredentials())));
+        grpc::CreateChannel(ep, etcd::channelCredentials(options))));
   }
   const auto until = Clock::now() + options.op_timeout;
   std::string last = "no endpoint";
@@ -59,6 +60,13 @@ std::string markerRangeStart(const EtcdOptions& options) {
   return m;
 }
 
+std::string queueRangeStart(const EtcdOptions& options) {
+  std::string q(options.prefix, 0, options.prefix.size() - 1);
+  q.push_back('\0');
+  q.append("q/");
+  return q;
+}
+
 Status checkEtcd(const EtcdOptions& options) {
   return eachMember(options,
                     [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
@@ -73,10 +81,11 @@ Status checkEtcd(const EtcdOptions& options) {
 Result<std::int64_t> deleteJobKeys(const EtcdOptions& options) {
   std::int64_t deleted = 0;
   const std::string markers = markerRangeStart(options);
+  const std::string queues = queueRangeStart(options);
   Status st = eachMember(
       options, [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
         etcdserverpb::TxnRequest txn;
-        for (const std::string& start : {options.prefix, markers}) {
+        for (const std::string& start : {options.prefix, markers, queues}) {
           auto* del = txn.add_success()->mutable_request_delete_range();
           del->set_key(start);
           del->set_range_end(prefixRangeEnd(start));
@@ -93,6 +102,23 @@ Result<std::int64_t> deleteJobKeys(const EtcdOptions& options) {
       });
   if (!st.isOk()) return st;
   return deleted;
+}
+
+Status deleteGatewayMarkers(const EtcdOptions& options,
+                            std::string_view gateway_id) {
+  EtcdOptions bounded = options;
+  bounded.op_timeout = std::min<std::chrono::milliseconds>(
+      options.op_timeout, std::chrono::seconds(2));
+  std::string start = markerRangeStart(options);
+  start.append(gateway_id).push_back('/');
+  return eachMember(bounded,
+                    [&](etcdserverpb::KV::Stub& kv, grpc::ClientContext& ctx) {
+                      etcdserverpb::DeleteRangeRequest del;
+                      del.set_key(start);
+                      del.set_range_end(prefixRangeEnd(start));
+                      etcdserverpb::DeleteRangeResponse resp;
+                      return kv.DeleteRange(&ctx, del, &resp);
+                    });
 }
 
 }  // namespace tcpstore::store

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 
+#include "store/etcd/etcd_admin.h"
 #include "store/etcd/etcd_rpc.h"
 #include "store/etcd/etcd_watch.h"
 
@@ -47,7 +48,8 @@ Status etcdError(std::string_view what, const grpc::Status& s) {
 
 EtcdBackend::EtcdBackend(EtcdOptions options)
     : options_(std::move(options)),
-      range_end_(prefixRangeEnd(options_.prefix)) {
+      range_end_(prefixRangeEnd(options_.prefix)),
+      queue_prefix_(queueRangeStart(options_)) {
   // Names this backend's marker keys: unique among the gateways of a job.
   std::random_device rd;
   gateway_id_ = fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), rd());
@@ -65,7 +67,21 @@ void EtcdBackend::close() {
   if (closed_) return;
   closed_ = true;
   if (rpc_) rpc_->close();
+  // This gateway's marker keys serve only its own retries: gone with it
+  // (an orderly shutdown; a killed gateway's stay until --delete-prefix).
+  // Blocks the loop for at most 2 s, once, at shutdown.
+  if (cas_seq_ > 0) {
+    Status st = deleteGatewayMarkers(options_, gateway_id_);
+    if (!st.isOk() && options_.log) {
+      options_.log("etcd: marker keys left behind: " + st.message());
+    }
+  }
   watch_ = nullptr;  // freed by rpc_->close()
+  queue_watch_ = nullptr;
+  key_watch_ = nullptr;
+  key_watchers_.clear();
+  conn_watches_.clear();
+  key_watch_pending_.clear();
   waits_.clear();
   waiters_.clear();
   barrier_waits_.clear();
@@ -154,13 +170,19 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
       enqueueCas(std::move(op));
       return Outcome::kPending;
     }
-    case Command::kWatchKey:
     case Command::kQueuePush:
+      doQueuePush(conn, req.key, req.value);
+      return Outcome::kPending;
     case Command::kQueuePop:
+      doQueuePop(conn, std::string(req.key),
+                 std::chrono::steady_clock::now() + options_.op_timeout);
+      return Outcome::kPending;
     case Command::kQueueLen:
-      return Status::notSupported(
-          fmt::format("{} is not supported by the etcd backend",
-                      protocol::commandName(req.command)));
+      doQueueLen(conn, req.key);
+      return Outcome::kPending;
+    case Command::kWatchKey:
+      doWatchKey(conn, req.key);
+      return Outcome::kPending;
   }
   return Status::protocolError("unknown command");
 }
@@ -168,9 +190,13 @@ Result<Backend::Outcome> EtcdBackend::submit(ConnId conn,
 void EtcdBackend::readKeys(std::vector<std::string> keys,
                            std::function<void(const Status&, std::int64_t,
                                               std::vector<const std::string*>)>
-                               done) {
+                               done,
+                           bool with_queues) {
   // Reads `keys` in Txns of at most kMaxTxnOps Ranges; the later Txns read
-  // at the first one's revision, so the result is one snapshot.
+  // at the first one's revision, so the result is one snapshot. With queues,
+  // each key takes two Ranges: its value, and the count of its queue.
+  static const std::string kQueued;  // what a key with a queue reads as
+  const std::size_t per_txn = with_queues ? kMaxTxnOps / 2 : kMaxTxnOps;
   struct State {
     std::vector<std::string> keys;
     std::vector<std::optional<std::string>> values;
@@ -185,7 +211,7 @@ void EtcdBackend::readKeys(std::vector<std::string> keys,
   st->keys = std::move(keys);
   st->done = std::move(done);
   auto step = std::make_shared<std::function<void()>>();
-  *step = [this, st, step] {
+  *step = [this, st, step, with_queues, per_txn] {
     if (st->next >= st->keys.size()) {
       std::vector<const std::string*> out;
       out.reserve(st->values.size());
@@ -201,18 +227,27 @@ void EtcdBackend::readKeys(std::vector<std::string> keys,
     }
     etcdserverpb::TxnRequest txn;
     const std::size_t first = st->next;
-    const std::size_t last = std::min(st->keys.size(), first + kMaxTxnOps);
+    const std::size_t last = std::min(st->keys.size(), first + per_txn);
+    const std::size_t width = with_queues ? 2 : 1;
     for (std::size_t i = first; i < last; ++i) {
       auto* r = txn.add_success()->mutable_request_range();
       r->set_key(st->keys[i]);
       r->set_revision(st->revision);
+      if (with_queues) {
+        auto [qb, qe] = queueRange(st->keys[i]);
+        auto* q = txn.add_success()->mutable_request_range();
+        q->set_key(std::move(qb));
+        q->set_range_end(std::move(qe));
+        q->set_count_only(true);
+        q->set_revision(st->revision);
+      }
     }
     rpc_->txn(
         std::move(txn), true,
-        [st, step, first, last](const grpc::Status& s,
-                                etcdserverpb::TxnResponse& resp) {
-          if (!s.ok() ||
-              resp.responses_size() != static_cast<int>(last - first)) {
+        [st, step, first, last, width](const grpc::Status& s,
+                                       etcdserverpb::TxnResponse& resp) {
+          if (!s.ok() || resp.responses_size() !=
+                             static_cast<int>((last - first) * width)) {
             auto done_fn = std::move(st->done);
             *step = nullptr;
             done_fn(s.ok() ? Status::ioError("etcd read: short Txn")
@@ -222,9 +257,14 @@ void EtcdBackend::readKeys(std::vector<std::string> keys,
           }
           if (st->revision == 0) st->revision = resp.header().revision();
           for (std::size_t i = first; i < last; ++i) {
-            const auto& rr =
-                resp.responses(static_cast<int>(i - first)).response_range();
-            if (rr.kvs_size() > 0) st->values[i] = rr.kvs(0).value();
+            const int at = static_cast<int>((i - first) * width);
+            const auto& rr = resp.responses(at).response_range();
+            if (rr.kvs_size() > 0) {
+              st->values[i] = rr.kvs(0).value();
+            } else if (width == 2 &&
+                       resp.responses(at + 1).response_range().count() > 0) {
+              st->values[i] = kQueued;
+            }
           }
           st->next = last;
           (*step)();
@@ -303,17 +343,19 @@ void EtcdBackend::doCheck(ConnId conn,
                           const std::vector<std::string_view>& keys) {
   std::vector<std::string> full_keys;
   for (auto k : keys) full_keys.push_back(full(k));
-  readKeys(std::move(full_keys), [this, conn](
-                                     const Status& st, std::int64_t,
-                                     std::vector<const std::string*> values) {
-    if (!st.isOk()) return fail(conn, st);
-    const bool all =
-        std::all_of(values.begin(), values.end(),
-                    [](const std::string* v) { return v != nullptr; });
-    std::string b;
-    appendU8(b, all ? protocol::kCheckReady : protocol::kCheckNotReady);
-    reply(conn, std::move(b));
-  });
+  readKeys(
+      std::move(full_keys),
+      [this, conn](const Status& st, std::int64_t,
+                   std::vector<const std::string*> values) {
+        if (!st.isOk()) return fail(conn, st);
+        const bool all =
+            std::all_of(values.begin(), values.end(),
+                        [](const std::string* v) { return v != nullptr; });
+        std::string b;
+        appendU8(b, all ? protocol::kCheckReady : protocol::kCheckNotReady);
+        reply(conn, std::move(b));
+      },
+      /*with_queues=*/true);
 }
 
 void EtcdBackend::doMultiGet(ConnId conn,

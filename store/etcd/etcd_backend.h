@@ -22,8 +22,12 @@
 //   BARRIER -> an increment combined with ADDs, then (if the count is short
 //   of the world size) a wait on the key released by the watch when its
 //   value parses as >= the world size;
-// Not supported (the connection is closed with a kNotSupported error that
-// names the command): WATCH_KEY, QUEUE_PUSH/POP/LEN.
+//   QUEUE_PUSH/POP/LEN -> items under a key range per queue, outside the
+//   job's range (etcd_backend_queue.cc); CHECK and WAIT count a non-empty
+//   queue as an existing key, as the Keyspace does.
+//   WATCH_KEY (1.13) -> registrations kept here, notified from one more
+//   prefix watch (with previous values), started at the first WATCH_KEY
+//   (etcd_backend_watchkey.cc).
 //
 // Failures: calls fail over to the next endpoint. Reads and Puts are
 // retried; a compare-and-swap Txn whose outcome is unknown (a deadline or a
@@ -47,11 +51,16 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "protocol/message.h"
 #include "store/backend.h"
 #include "store/etcd/etcd_options.h"
+
+namespace etcdserverpb {
+class WatchResponse;
+}  // namespace etcdserverpb
 
 namespace tcpstore::store {
 
@@ -87,10 +96,14 @@ class EtcdBackend final : public Backend {
   std::string full(std::string_view key) const;
   void fail(ConnId conn, const Status& why);
   void reply(ConnId conn, std::string bytes);
+  // Reads `keys` (full keys) at one revision. With `with_queues`, a key
+  // without a value whose queue is non-empty reads as an empty value (for
+  // CHECK and WAIT, where a queue makes a key exist).
   void readKeys(std::vector<std::string> keys,
                 std::function<void(const Status&, std::int64_t revision,
                                    std::vector<const std::string*> values)>
-                    done);
+                    done,
+                bool with_queues = false);
 
   void doGet(ConnId conn, std::string_view key);
   void doDelete(ConnId conn, std::string_view key);
@@ -149,6 +162,23 @@ class EtcdBackend final : public Backend {
                   std::chrono::steady_clock::time_point deadline);
   void finishCas(const std::string& key);
 
+  // ---- queues (etcd_backend_queue.cc) -------------------------------------
+  // The item range of the queue at full key `full_key`: [first, second).
+  std::pair<std::string, std::string> queueRange(
+      std::string_view full_key) const;
+  // The full key of the queue an item key belongs to ("" if malformed).
+  std::string queueOfItem(std::string_view item) const;
+  void doQueuePush(ConnId conn, std::string_view key, std::string_view value);
+  void doQueuePop(ConnId conn, std::string key,
+                  std::chrono::steady_clock::time_point deadline);
+  void doQueueLen(ConnId conn, std::string_view key);
+
+  // ---- 1.13 WATCH_KEY (etcd_backend_watchkey.cc) --------------------------
+  void doWatchKey(ConnId conn, std::string_view key);
+  void onKeyEvents(const etcdserverpb::WatchResponse& resp);
+  void onKeyWatchLost(const Status& why);
+  void dropWatches(ConnId conn);
+
   // ---- waits (etcd_backend_wait.cc) ---------------------------------------
   struct Wait {
     std::uint64_t id = 0;
@@ -161,12 +191,17 @@ class EtcdBackend final : public Backend {
     std::string key;
     std::int64_t revision = 0;
     std::string value;  // only for keys with barrier waiters
+    // An item pushed to the queue at `key`: it releases the oldest plain
+    // wait on the key only, and no barrier wait (as in the Keyspace).
+    bool queue_push = false;
   };
   void onWatchPuts(const std::vector<WatchPut>& puts);
   // Starts the watch at revision + 1 if there is none; true if the watch
   // covers every revision after `revision`.
   bool ensureWatch(std::int64_t revision);
-  void onWatchLost(const Status& why);
+  void onWatchLost(etcd::PrefixWatch* which, const Status& why);
+  etcd::PrefixWatch* startWatch(std::string key, std::string range_end,
+                                std::int64_t start, bool queues);
   void dropWait(ConnId conn);
 
   EtcdOptions options_;
@@ -182,6 +217,19 @@ class EtcdBackend final : public Backend {
 
   etcd::PrefixWatch* watch_ = nullptr;  // owned by rpc_ once started
   std::int64_t watch_start_ = 0;        // first revision the watch covers
+  // The watch of the queue items (started with watch_, same rules).
+  etcd::PrefixWatch* queue_watch_ = nullptr;
+  std::int64_t queue_watch_start_ = 0;
+  std::string queue_prefix_;  // start of the queue items' range
+  // WATCH_KEY: the watch (with previous values), the registrations per full
+  // key (one entry per registration, in order), per connection, and the
+  // connections whose registration waits for the watch to start.
+  etcd::PrefixWatch* key_watch_ = nullptr;
+  bool key_watch_starting_ = false;
+  std::unordered_map<std::string, std::vector<ConnId>> key_watchers_;
+  std::unordered_map<ConnId, std::vector<std::string>> conn_watches_;
+  std::vector<ConnId> key_watch_pending_;
+  std::uint64_t queue_seq_ = 0;  // numbers this backend's pushed items
   // Revision of the latest Put the watch delivered, per full key, recorded
   // while a wait's read is in flight (so a wait whose read raced the watch
   // is not left waiting for a write already seen); cleared when none is.

@@ -23,7 +23,8 @@
 // and the marker names that attempt, whose answers are then given; if not,
 // at most one of the attempts can win the compare. Either way each caller
 // is answered once, from the attempt that was applied. Marker keys lie
-// outside the job's range (not counted, not watched); they are left in etcd.
+// outside the job's range (not counted, not watched); a gateway deletes its
+// own at close() (a killed one's stay until --delete-prefix).
 #include <fmt/format.h>
 
 #include "store/etcd/etcd_backend.h"
@@ -108,7 +109,7 @@ void EtcdBackend::runCas(const std::string& key) {
   auto increments = [](Command c) {
     return c == Command::kAdd || c == Command::kBarrier;
   };
-  if (increments(batch->ops.front()->command)) {
+  if (increments(batch->ops.front()->command) && options_.combine_adds) {
     while (!ks.queue.empty() && increments(ks.queue.front()->command)) {
       batch->ops.push_back(std::move(ks.queue.front()));
       ks.queue.pop_front();

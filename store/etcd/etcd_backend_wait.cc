@@ -39,64 +39,96 @@ void EtcdBackend::readForWait(ConnId conn, std::uint64_t id,
                               std::vector<std::string> keys) {
   ++wait_reads_;
   auto names = std::make_shared<std::vector<std::string>>(keys);
-  readKeys(std::move(keys),
-           [this, conn, id, names](const Status& st, std::int64_t rev,
-                                   std::vector<const std::string*> values) {
-             auto it = waits_.find(conn);
-             const bool live = it != waits_.end() && it->second.id == id;
-             // put_rev_ is consulted before it may be cleared: a Put the
-             // watch delivered while this read was in flight counts.
-             std::vector<std::string> missing;
-             if (live && st.isOk()) {
-               for (std::size_t i = 0; i < values.size(); ++i) {
-                 if (values[i] != nullptr) continue;
-                 auto seen = put_rev_.find((*names)[i]);
-                 if (seen != put_rev_.end() && seen->second > rev) continue;
-                 missing.push_back((*names)[i]);
-               }
-             }
-             if (--wait_reads_ == 0) put_rev_.clear();
-             if (!live) return;  // dropped
-             if (!st.isOk()) {
-               waits_.erase(it);
-               return fail(conn, st);
-             }
-             if (missing.empty()) {
-               waits_.erase(it);
-               std::string b(1, static_cast<char>(protocol::kStopWaiting));
-               return reply(conn, std::move(b));
-             }
-             if (!ensureWatch(rev)) {
-               // Read before the watch began: writes in between were never
-               // seen.
-               return readForWait(conn, id, std::move(missing));
-             }
-             for (const std::string& k : missing) waiters_[k].insert(conn);
-             it->second.keys.insert(missing.begin(), missing.end());
-             if (!closed_) host_->complete(conn, Status::ok(), Effects());
-           });
+  readKeys(
+      std::move(keys),
+      [this, conn, id, names](const Status& st, std::int64_t rev,
+                              std::vector<const std::string*> values) {
+        auto it = waits_.find(conn);
+        const bool live = it != waits_.end() && it->second.id == id;
+        // put_rev_ is consulted before it may be cleared: a Put the
+        // watch delivered while this read was in flight counts.
+        std::vector<std::string> missing;
+        if (live && st.isOk()) {
+          for (std::size_t i = 0; i < values.size(); ++i) {
+            if (values[i] != nullptr) continue;
+            auto seen = put_rev_.find((*names)[i]);
+            if (seen != put_rev_.end() && seen->second > rev) continue;
+            missing.push_back((*names)[i]);
+          }
+        }
+        if (--wait_reads_ == 0) put_rev_.clear();
+        if (!live) return;  // dropped
+        if (!st.isOk()) {
+          waits_.erase(it);
+          return fail(conn, st);
+        }
+        if (missing.empty()) {
+          waits_.erase(it);
+          std::string b(1, static_cast<char>(protocol::kStopWaiting));
+          return reply(conn, std::move(b));
+        }
+        if (!ensureWatch(rev)) {
+          // Read before the watch began: writes in between were never
+          // seen.
+          return readForWait(conn, id, std::move(missing));
+        }
+        for (const std::string& k : missing) waiters_[k].insert(conn);
+        it->second.keys.insert(missing.begin(), missing.end());
+        if (!closed_) host_->complete(conn, Status::ok(), Effects());
+      },
+      /*with_queues=*/true);
 }
 
 bool EtcdBackend::ensureWatch(std::int64_t revision) {
-  if (watch_ != nullptr) return revision + 1 >= watch_start_;
-  watch_start_ = revision + 1;
-  watch_ = new etcd::PrefixWatch(
-      *rpc_, options_.prefix, range_end_, watch_start_,
-      [this](const etcdserverpb::WatchResponse& resp) {
+  // Two streams, the job's keys and its queue items, each covering every
+  // revision from its start on; a read at `revision` is covered if both
+  // start at most one revision after it. A missing one starts right after.
+  bool covered = true;
+  if (watch_ != nullptr) {
+    covered = revision + 1 >= watch_start_;
+  } else {
+    watch_start_ = revision + 1;
+    watch_ = startWatch(options_.prefix, range_end_, watch_start_, false);
+  }
+  if (queue_watch_ != nullptr) {
+    covered = covered && revision + 1 >= queue_watch_start_;
+  } else {
+    queue_watch_start_ = revision + 1;
+    queue_watch_ = startWatch(queue_prefix_, prefixRangeEnd(queue_prefix_),
+                              queue_watch_start_, true);
+  }
+  return covered;
+}
+
+etcd::PrefixWatch* EtcdBackend::startWatch(std::string key,
+                                           std::string range_end,
+                                           std::int64_t start, bool queues) {
+  auto* w = new etcd::PrefixWatch(
+      *rpc_, std::move(key), std::move(range_end), start,
+      [this, queues](const etcdserverpb::WatchResponse& resp) {
         std::vector<WatchPut> puts;
         for (const auto& ev : resp.events()) {
           if (ev.type() != mvccpb::Event::PUT) continue;
           WatchPut p;
-          p.key = ev.kv().key();
           p.revision = ev.kv().mod_revision();
-          if (barrier_waiters_.count(p.key) != 0) p.value = ev.kv().value();
+          if (queues) {
+            p.key = queueOfItem(ev.kv().key());
+            if (p.key.empty()) continue;
+            p.queue_push = true;
+          } else {
+            p.key = ev.kv().key();
+            if (barrier_waiters_.count(p.key) != 0) p.value = ev.kv().value();
+          }
           puts.push_back(std::move(p));
         }
         onWatchPuts(puts);
       },
-      [this](const Status& why) { onWatchLost(why); });
-  watch_->start();
-  return true;
+      nullptr);
+  // The lost callback names its watch, so a lost stream is told apart from
+  // its replacement.
+  w->setOnLost([this, w](const Status& why) { onWatchLost(w, why); });
+  w->start();
+  return w;
 }
 
 void EtcdBackend::registerBarrier(ConnId conn, const std::string& key,
@@ -147,9 +179,9 @@ void EtcdBackend::dropBarrier(ConnId conn) {
 
 void EtcdBackend::onWatchPuts(const std::vector<WatchPut>& puts) {
   Effects fx;
-  for (const auto& [key, rev, value] : puts) {
+  for (const auto& [key, rev, value, queue_push] : puts) {
     auto bw = barrier_waiters_.find(key);
-    if (bw != barrier_waiters_.end()) {
+    if (bw != barrier_waiters_.end() && !queue_push) {
       std::vector<ConnId> released;
       for (ConnId conn : bw->second) {
         auto it = barrier_waits_.find(conn);
@@ -169,6 +201,30 @@ void EtcdBackend::onWatchPuts(const std::vector<WatchPut>& puts) {
     }
     auto w = waiters_.find(key);
     if (w == waiters_.end()) continue;
+    if (queue_push) {
+      // The oldest plain wait on the key (smallest id) takes the item.
+      ConnId oldest = 0;
+      std::uint64_t oldest_id = UINT64_MAX;
+      for (ConnId conn : w->second) {
+        auto it = waits_.find(conn);
+        if (it != waits_.end() && it->second.id < oldest_id) {
+          oldest = conn;
+          oldest_id = it->second.id;
+        }
+      }
+      w->second.erase(oldest);
+      auto it = waits_.find(oldest);
+      if (it != waits_.end()) {
+        it->second.keys.erase(key);
+        if (it->second.keys.empty()) {
+          waits_.erase(it);
+          fx.send(oldest,
+                  std::string(1, static_cast<char>(protocol::kStopWaiting)));
+        }
+      }
+      if (w->second.empty()) waiters_.erase(w);
+      continue;
+    }
     for (ConnId conn : w->second) {
       auto it = waits_.find(conn);
       if (it == waits_.end()) continue;
@@ -184,8 +240,10 @@ void EtcdBackend::onWatchPuts(const std::vector<WatchPut>& puts) {
   if (!fx.empty() && !closed_) host_->deliver(fx);
 }
 
-void EtcdBackend::onWatchLost(const Status& why) {
-  watch_ = nullptr;  // it frees itself
+void EtcdBackend::onWatchLost(etcd::PrefixWatch* which, const Status& why) {
+  // It frees itself.
+  if (which == watch_) watch_ = nullptr;
+  if (which == queue_watch_) queue_watch_ = nullptr;
   rpc_->log(why.message());
   std::set<ConnId> conns;
   for (auto& [conn, w] : waits_) {
@@ -214,6 +272,7 @@ void EtcdBackend::dropWait(ConnId conn) {
 void EtcdBackend::disconnect(ConnId conn) {
   dropWait(conn);
   dropBarrier(conn);
+  dropWatches(conn);
 }
 
 }  // namespace tcpstore::store

@@ -130,6 +130,16 @@ class UnaryCall final : public Tag {
   grpc::Status status_;
 };
 
+std::shared_ptr<grpc::ChannelCredentials> channelCredentials(
+    const EtcdOptions& options) {
+  if (!options.tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = options.ca_pem;
+  ssl.pem_private_key = options.key_pem;
+  ssl.pem_cert_chain = options.cert_pem;
+  return grpc::SslCredentials(ssl);
+}
+
 EtcdRpc::EtcdRpc(const EtcdOptions& options) : options_(options) {
   for (const std::string& ep : options_.endpoints) {
     grpc::ChannelArguments args;
@@ -137,8 +147,7 @@ EtcdRpc::EtcdRpc(const EtcdOptions& options) : options_(options) {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
-    auto ch =
-        grpc::CreateCustomChannel(ep, grpc::InsecureChannelCredentials(), args);
+    auto ch = grpc::CreateCustomChannel(ep, channelCredentials(options_), args);
     endpoints_.push_back(ep);
     kv_.push_back(etcdserverpb::KV::NewStub(ch));
     watch_.push_back(etcdserverpb::Watch::NewStub(ch));

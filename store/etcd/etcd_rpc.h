@@ -115,6 +115,10 @@ class EtcdRpc {
   std::unordered_set<Tag*> tracked_;  // guarded by mu_
 };
 
+// The channel credentials for `options`: TLS (etcd_options.h) or insecure.
+std::shared_ptr<grpc::ChannelCredentials> channelCredentials(
+    const EtcdOptions& options);
+
 // True for errors after which the same call may succeed on another endpoint
 // or later (the request may or may not have been applied).
 bool isTransportError(const grpc::Status& s) noexcept;

@@ -136,7 +136,10 @@ void PrefixWatch::onLoop(bool ok) {
       c->set_key(key_);
       c->set_range_end(range_end_);
       c->set_start_revision(next_rev_);
-      c->add_filters(etcdserverpb::WatchCreateRequest::NODELETE);
+      c->set_prev_kv(prev_kv_);
+      if (!with_deletes_) {
+        c->add_filters(etcdserverpb::WatchCreateRequest::NODELETE);
+      }
       phase_ = Phase::kWrite;
       rpc_.track(this);
       stream_->Write(req_, this);

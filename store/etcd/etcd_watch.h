@@ -29,6 +29,14 @@ class PrefixWatch final : public Tag {
   PrefixWatch(EtcdRpc& rpc, std::string key, std::string range_end,
               std::int64_t start_revision, OnEvents on_events, OnLost on_lost);
 
+  // Replaces the lost callback (before start()).
+  void setOnLost(OnLost on_lost) { on_lost_ = std::move(on_lost); }
+  // Asks etcd for each event's previous key-value, and for deletions too
+  // (without it, puts only). Before start().
+  void setPrevKvAndDeletes(bool on) {
+    prev_kv_ = on;
+    with_deletes_ = on;
+  }
   // Opens the stream. Call once.
   void start();
   // Revisions below this have all been delivered.
@@ -71,6 +79,8 @@ class PrefixWatch final : public Tag {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   bool ticking_ = false;
   bool probing_ = false;
+  bool prev_kv_ = false;
+  bool with_deletes_ = false;
 };
 
 }  // namespace tcpstore::store::etcd

@@ -58,14 +58,18 @@ Backend (where the keys live):
                            in etcd v3 under /PREFIX/ (default /tcpstore/): this
                            server is a stateless gateway; several gateways may
                            serve one job; any of them, or etcd members short of
-                           a majority, may fail. Queues and WATCH_KEY are not
-                           supported (the connection is closed).
+                           a majority, may fail.
                            At start one linearizable read must succeed on some
                            member within 5 s, else exit 3 (fail fast: a wrong
                            address or a cluster without quorum is reported at
                            once). Once running, a request that etcd cannot
                            serve within 20 s closes its connection (an error,
-                           never a guessed answer).
+                           never a guessed answer). URL parameters
+                           (?NAME=VALUE&...): op-timeout-ms (20000),
+                           rpc-timeout-ms (one call, 2000), combine-adds=0|1
+                           (1; 0 only to measure what combining buys); TLS:
+                           cacert=PEM (turns TLS on), cert=PEM&key=PEM (a
+                           client certificate).
   --delete-prefix          with --backend etcd://.../PREFIX: delete every key of
                            the job (and the gateway's bookkeeping keys) in one
                            etcd transaction, print "deleted N keys", exit 0

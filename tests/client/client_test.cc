@@ -66,8 +66,7 @@ std::uint64_t count(const Server& s, Command c) {
 tcpstore::Result<tcpstore::client_detail::OwnedReply> raw(
     const Server& s, tcpstore::protocol::Request req, std::uint64_t n = 0) {
   tcpstore::client_detail::ConnectConfig cfg;
-  cfg.host = "127.0.0.1";
-  cfg.port = s.port();
+  cfg.endpoints = {{"127.0.0.1", s.port()}};
   auto dl = tcpstore::client_detail::deadlineAfter(scaled(5s));
   auto c = tcpstore::client_detail::Connection::open(cfg, dl);
   if (!c) return c.error();

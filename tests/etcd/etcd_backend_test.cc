@@ -3,17 +3,26 @@
 #include "store/etcd/etcd_backend.h"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <random>
 #include <set>
 
 #include "backend_harness.h"
 #include "etcd_cluster.h"
 #include "linearizability.h"
+#include "store/etcd/etcd_admin.h"
 #include "store/keyspace.h"
+#include "tests/support/child.h"
 
 namespace {
 
@@ -100,6 +109,12 @@ OwnedRequest barrier(std::string k, std::int64_t world_size) {
   r.number = world_size;
   return r;
 }
+OwnedRequest queue(Command c, std::string k, std::string v = {}) {
+  auto r = req(c);
+  r.key = std::move(k);
+  r.value = std::move(v);
+  return r;
+}
 OwnedRequest ping(std::uint32_t nonce) {
   auto r = req(Command::kPing);
   r.u32 = nonce;
@@ -160,6 +175,24 @@ TEST_CASE("parseEtcdUrl: endpoints and prefix and errors") {
   CHECK_FALSE(parseEtcdUrl("etcd://h").has_value());
   CHECK_FALSE(parseEtcdUrl("etcd://h:0").has_value());
   CHECK_FALSE(parseEtcdUrl("etcd://h:70000/x").has_value());
+  auto q = parseEtcdUrl(
+      "etcd://h:1/j?op-timeout-ms=3000&rpc-timeout-ms=500&combine-adds=0");
+  REQUIRE(q.has_value());
+  CHECK(q->prefix == "/j/");
+  CHECK(q->op_timeout == std::chrono::milliseconds(3000));
+  CHECK(q->rpc_timeout == std::chrono::milliseconds(500));
+  CHECK_FALSE(q->combine_adds);
+  auto q2 = parseEtcdUrl("etcd://h:1?combine-adds=1");
+  REQUIRE(q2.has_value());
+  CHECK(q2->prefix == "/tcpstore/");
+  CHECK(q2->combine_adds);
+  for (const char* bad :
+       {"etcd://h:1?x=1", "etcd://h:1?op-timeout-ms=0",
+        "etcd://h:1?op-timeout-ms", "etcd://h:1/p?combine-adds=2",
+        "etcd://h:1?rpc-timeout-ms=1s"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parseEtcdUrl(bad).has_value());
+  }
   CHECK(tcpstore::store::prefixRangeEnd("/a/") == "/a0");
 }
 
@@ -217,6 +250,32 @@ TEST_CASE(
       barrier("bar", 2),
       barrier("text", 1),  // closes: non-numeric
       req(Command::kGetNumKeys),
+      // Queues: FIFO, the length before the pop in its reply, 0 when empty;
+      // a non-empty queue makes its key exist for CHECK and WAIT but not
+      // for GET or GETNUMKEYS.
+      queue(Command::kQueuePush, "q", "one"),
+      queue(Command::kQueuePush, "q", std::string("t\0wo", 4)),
+      queue(Command::kQueuePush, "q", ""),
+      queue(Command::kQueueLen, "q"),
+      queue(Command::kQueueLen, "q2"),
+      keysReq(Command::kCheck, {"q"}),
+      keysReq(Command::kWait, {"q", "a"}),  // released at once
+      req(Command::kGetNumKeys),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueueLen, "q"),
+      queue(Command::kQueuePop, "q"),
+      queue(Command::kQueuePop, "q"),  // empty
+      queue(Command::kQueueLen, "q"),
+      keysReq(Command::kCheck, {"q"}),
+      queue(Command::kQueuePush, std::string("b\0", 2), "x"),
+      queue(Command::kQueuePush, "b", "y"),  // another queue
+      queue(Command::kQueuePop, "b"),
+      queue(Command::kQueuePop, std::string("b\0", 2)),
+      queue(Command::kQueuePush, "a", "queue under a key with a value"),
+      get("a"),
+      queue(Command::kQueuePop, "a"),
+      req(Command::kGetNumKeys),
   };
   for (std::size_t i = 0; i < script.size(); ++i) {
     CAPTURE(i);
@@ -241,13 +300,141 @@ TEST_CASE(
     CHECK_FALSE(got.closed);
     CHECK(got.bytes == want.bytes);
   }
-  // An unsupported command closes the connection with a clear reason.
-  ++conn;
-  auto q = req(Command::kQueueLen);
-  q.key = "q";
-  (void)h.roundTrip(conn, q);
-  CHECK(h.conn(conn).closed);
-  CHECK(h.conn(conn).close_reason.find("not supported") != std::string::npos);
+}
+
+TEST_CASE(
+    "differential: 1.13 WATCH_KEY notifications are the in-memory keyspace's") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("watchkey"));
+  cluster.start();
+  EtcdBackend backend(optionsFor(cluster, "wk"));
+  BackendHarness h(backend);
+  REQUIRE(h.openStatus().isOk());
+  tcpstore::store::Keyspace ks;
+  // Connection 1 watches "wk" twice (two copies of each notification) and
+  // "other" once; connection 2 writes.
+  std::string want_watcher;
+  auto both = [&](tcpstore::store::ConnId c, const OwnedRequest& r) {
+    tcpstore::store::Effects fx;
+    const auto view = r.view();
+    const Status st = ks.apply(c, view, fx);
+    std::string mine;
+    for (const auto& snd : fx.sends()) {
+      if (snd.conn == 1) want_watcher.append(fx.bytesOf(snd));
+      if (snd.conn == c && c != 1) mine.append(fx.bytesOf(snd));
+    }
+    const std::string got = h.roundTrip(c, r);
+    CHECK(st.isOk());
+    if (c != 1) CHECK(got == mine);
+  };
+  both(1, queue(Command::kWatchKey, "wk"));
+  both(1, queue(Command::kWatchKey, "wk"));
+  both(1, queue(Command::kWatchKey, "other"));
+  const std::vector<OwnedRequest> writes = {
+      set("wk", "a"),                         // created
+      set("wk", "b"),                         // updated a -> b
+      append("wk", "c"),                      // updated b -> bc
+      cas("wk", "bc", "d"),                   // stores: updated
+      cas("wk", "zz", "e"),                   // mismatch: nothing
+      set("unwatched", "1"),                  // nothing
+      del("wk"),                              // deleted d -> ''
+      del("wk"),                              // missing: nothing
+      add("wk", 5),                           // created
+      multiSet({"wk", "other"}, {"m", "o"}),  // updated, created
+      set("other", std::string("\0\xff", 2)),
+  };
+  for (const auto& w : writes) both(2, w);
+  CHECK(h.waitFor(
+      [&] { return h.connLocked(1).bytes.size() >= want_watcher.size(); },
+      30s));
+  // The three registration replies, then the notifications.
+  CHECK(want_watcher.substr(0, 3) == std::string(3, '\x03'));
+  CHECK(h.conn(1).bytes == want_watcher);
+  CHECK_FALSE(h.conn(1).closed);
+  // A watcher that goes away gets nothing more; the others still do.
+  h.disconnect(1);
+  CHECK(h.roundTrip(3, queue(Command::kWatchKey, "wk")) == "\x03");
+  CHECK(h.roundTrip(2, set("wk", "z")).empty());
+  CHECK(h.waitFor([&] { return h.connLocked(3).bytes.size() > 1; }, 30s));
+  const std::size_t before = h.bytesOf(1);
+  CHECK(h.roundTrip(4, ping(1)).size() == 4);  // fence
+  CHECK(h.bytesOf(1) == before);
+}
+
+TEST_CASE("queues: a push through another gateway releases one waiter") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("queue"));
+  cluster.start();
+  EtcdBackend a(optionsFor(cluster, "job")), b(optionsFor(cluster, "job"));
+  BackendHarness ha(a), hb(b);
+  REQUIRE(ha.openStatus().isOk());
+  REQUIRE(hb.openStatus().isOk());
+  const std::string released(1, '\0');
+  // Two blocking pops on A (WAIT, as the clients send before QUEUE_POP).
+  CHECK(ha.roundTrip(1, keysReq(Command::kWait, {"jobs"})).empty());
+  CHECK(ha.roundTrip(2, keysReq(Command::kWait, {"jobs"})).empty());
+  // One item pushed through B: the oldest waiter only is released.
+  CHECK(hb.roundTrip(1, queue(Command::kQueuePush, "jobs", "j1")).empty());
+  CHECK(ha.waitFor([&] { return ha.connLocked(1).bytes == released; }, 30s));
+  auto pop = [] {
+    std::string out;
+    tcpstore::protocol::appendI64(out, 1);
+    tcpstore::protocol::appendStr(out, "j1");
+    return out;
+  }();
+  CHECK(ha.roundTrip(1, queue(Command::kQueuePop, "jobs")) == pop);
+  // The second waiter is still waiting; the next push releases it.
+  CHECK(ha.bytesOf(2) == 0);
+  CHECK(hb.roundTrip(1, queue(Command::kQueuePush, "jobs", "j2")).empty());
+  CHECK(ha.waitFor([&] { return ha.connLocked(2).bytes == released; }, 30s));
+  CHECK(hb.roundTrip(3, queue(Command::kQueueLen, "jobs")) == [] {
+    std::string out;
+    tcpstore::protocol::appendI64(out, 1);
+    return out;
+  }());
+  // Concurrent pops through both gateways of 20 items: each item once.
+  for (int i = 0; i < 20; ++i) {
+    CHECK(hb.roundTrip(4, queue(Command::kQueuePush, "many", std::to_string(i)))
+              .empty());
+  }
+  for (int i = 0; i < 12; ++i) {
+    ha.send(10 + i % 3, queue(Command::kQueuePop, "many"));
+    hb.send(10 + i % 3, queue(Command::kQueuePop, "many"));
+  }
+  auto all_done = [&](BackendHarness& h) {
+    return h.waitFor(
+        [&] {
+          for (tcpstore::store::ConnId c = 10; c < 13; ++c)
+            if (h.connLocked(c).done < 4) return false;
+          return true;
+        },
+        60s);
+  };
+  REQUIRE(all_done(ha));
+  REQUIRE(all_done(hb));
+  std::multiset<std::string> got;
+  int empty = 0;
+  for (BackendHarness* h : {&ha, &hb}) {
+    for (tcpstore::store::ConnId c = 10; c < 13; ++c) {
+      const auto conn = h->conn(c);
+      CHECK_FALSE(conn.closed);
+      std::string_view rest = conn.bytes;
+      for (int k = 0; k < 4; ++k) {
+        REQUIRE(rest.size() >= 8);
+        const auto n = i64(std::string(rest.substr(0, 8)));
+        rest.remove_prefix(8);
+        if (n == 0) {
+          ++empty;
+          continue;
+        }
+        const auto len =
+            static_cast<std::size_t>(i64(std::string(rest.substr(0, 8))));
+        got.insert(std::string(rest.substr(8, len)));
+        rest.remove_prefix(8 + len);
+      }
+    }
+  }
+  CHECK(empty == 4);
+  CHECK(got.size() == 20);
+  CHECK(std::set<std::string>(got.begin(), got.end()).size() == 20);
 }
 
 TEST_CASE("wait: released by a set through another gateway") {
@@ -649,12 +836,14 @@ TEST_CASE(
   for (int k = 0; k < kKeys; ++k) {
     CAPTURE(k);
     MESSAGE("key lin/", k, ": ", per_key[k].size(), " operations");
-        const bool ok = LinearizabilityChecker(per_key[k], std::string("0")).check();
+    const bool ok =
+        LinearizabilityChecker(per_key[k], std::string("0")).check();
     CHECK(ok);
     if (!ok) {
       auto ops = per_key[k];
-      std::sort(ops.begin(), ops.end(),
-                [](const LinOp& x, const LinOp& y) { return x.start < y.start; });
+      std::sort(ops.begin(), ops.end(), [](const LinOp& x, const LinOp& y) {
+        return x.start < y.start;
+      });
       const std::int64_t t0 = ops.front().start;
       for (const auto& o : ops) {
         MESSAGE("kind ", int(o.kind), " value '", o.value, "' desired '",
@@ -706,4 +895,151 @@ TEST_CASE("faults: a frozen member under a gateway is left for another") {
   }());
   CHECK_FALSE(ha.conn(2).closed);
   cluster.resume(0);
+}
+
+TEST_CASE("tls: the backend reaches etcd over TLS with a client certificate") {
+  namespace fs = std::filesystem;
+  const std::string dir = dataDir("tls");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  struct Cleanup {
+    std::string dir;
+    pid_t pid = -1;
+    ~Cleanup() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        int st = 0;
+        ::waitpid(pid, &st, 0);
+      }
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  // A CA, a server certificate for 127.0.0.1 and a client certificate.
+  const std::string script =
+      "set -e; cd '" + dir +
+      "'\n"
+      "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' "
+      "> server.ext\n"
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "-keyout ca.key -out ca.pem 2>/dev/null\n"
+      "for n in server client; do\n"
+      "  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 "
+      "-keyout $n.key -out $n.csr 2>/dev/null\n"
+      "  openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key "
+      "-CAcreateserial -days 1 -extfile $n.ext -out $n.pem 2>/dev/null\n"
+      "done\n";
+  auto made = tcpstore::test::runProcess({"/bin/sh", "-c", script}, 60s);
+  INFO("openssl: " << made.err);
+  REQUIRE(made.exit_code == 0);
+
+  // One etcd member serving clients over TLS only, client certificates
+  // required.
+  int ports[2];
+  {
+    int fds[2];
+    for (int i = 0; i < 2; ++i) {
+      fds[i] = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      REQUIRE(::bind(fds[i], reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+      socklen_t len = sizeof(a);
+      ::getsockname(fds[i], reinterpret_cast<sockaddr*>(&a), &len);
+      ports[i] = ntohs(a.sin_port);
+    }
+    for (int fd : fds) ::close(fd);
+  }
+  const std::string client = "127.0.0.1:" + std::to_string(ports[0]);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(ports[1]);
+  std::vector<std::string> args = {TCPSTORE_ETCD_BIN,
+                                   "--name=tls",
+                                   "--data-dir=" + dir + "/data",
+                                   "--listen-client-urls=https://" + client,
+                                   "--advertise-client-urls=https://" + client,
+                                   "--listen-peer-urls=" + peer,
+                                   "--initial-advertise-peer-urls=" + peer,
+                                   "--initial-cluster=tls=" + peer,
+                                   "--cert-file=" + dir + "/server.pem",
+                                   "--key-file=" + dir + "/server.key",
+                                   "--trusted-ca-file=" + dir + "/ca.pem",
+                                   "--client-cert-auth",
+                                   "--log-outputs=stderr",
+                                   "--logger=zap"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = dir + "/etcd.log";
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  REQUIRE(posix_spawn(&cleanup.pid, args[0].c_str(), &fa, nullptr, argv.data(),
+                      environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+
+  const std::string tls = "cacert=" + dir + "/ca.pem&cert=" + dir +
+                          "/client.pem&key=" + dir + "/client.key";
+  auto o = parseEtcdUrl("etcd://" + client + "/tls?" + tls);
+  REQUIRE(o.has_value());
+  CHECK(o->tls());
+  o->rpc_timeout = 1000ms;
+  o->op_timeout = 30000ms;
+  {
+    EtcdBackend b(*o);
+    BackendHarness h(b);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, set("k", "over tls")).empty());  // waits for etcd
+    CHECK_FALSE(h.conn(1).closed);
+    std::string want;
+    tcpstore::protocol::appendStr(want, "over tls");
+    CHECK(h.roundTrip(1, get("k")) == want);
+    CHECK_FALSE(h.conn(1).closed);
+    // --delete-prefix's call goes over TLS too.
+    auto n = tcpstore::store::deleteJobKeys(*o);
+    REQUIRE(n.has_value());
+    CHECK(*n >= 1);
+  }
+  // Without a client certificate, or without TLS, the member refuses: the
+  // connection gets an error, never an answer.
+  for (const std::string& url :
+       {"etcd://" + client + "/tls?op-timeout-ms=3000&cacert=" + dir +
+            "/ca.pem",
+        "etcd://" + client + "/tls?op-timeout-ms=3000"}) {
+    CAPTURE(url);
+    auto bad = parseEtcdUrl(url);
+    REQUIRE(bad.has_value());
+    bad->rpc_timeout = 500ms;
+    EtcdBackend b(*bad);
+    BackendHarness h(b);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, get("k")).empty());
+    CHECK(h.conn(1).closed);
+  }
+  // Parameter errors.
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cacert=" + dir + "/missing.pem"));
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cacert=" + dir + "/ca.pem&cert=" + dir +
+                           "/client.pem"));
+  CHECK_FALSE(parseEtcdUrl("etcd://h:1?cert=" + dir + "/client.pem&key=" + dir +
+                           "/client.key"));
+}
+
+TEST_CASE("lifetime: a gateway's marker keys go with its orderly close") {
+  EtcdCluster cluster(TCPSTORE_ETCD_BIN, dataDir("markers"));
+  cluster.start();
+  const EtcdOptions o = optionsFor(cluster, "mk");
+  {
+    EtcdBackend a(o);
+    BackendHarness h(a);
+    REQUIRE(h.openStatus().isOk());
+    CHECK(h.roundTrip(1, set("x", "1")).empty());  // writes a marker key
+    CHECK(h.roundTrip(1, add("n", 1)).size() == 8);
+    h.stop();
+  }
+  // Left: the two job keys only (each write also wrote a marker key).
+  auto n = tcpstore::store::deleteJobKeys(o);
+  REQUIRE(n.has_value());
+  CHECK(*n == 2);
 }

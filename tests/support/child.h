@@ -147,14 +147,15 @@ class Child {
     return r;
   }
 
-  // Reads stderr (and stdout) until stderr holds `needle` or the deadline
-  // passes; true if found. `poke` runs before each poll round (e.g. sends
-  // SIGUSR1 so that the server prints its counters).
+  // Reads stderr (and stdout) until stderr holds `needle` (at or after
+  // offset `from`) or the deadline passes; true if found. `poke` runs before
+  // each poll round (e.g. sends SIGUSR1 so that the server prints its
+  // counters).
   template <typename Poke>
   bool waitStderr(std::string_view needle, Clock::time_point deadline,
-                  Poke poke) {
+                  Poke poke, std::size_t from = 0) {
     for (;;) {
-      if (err_.find(needle) != std::string::npos) return true;
+      if (err_.find(needle, from) != std::string::npos) return true;
       if ((out_fd_ < 0 && err_fd_ < 0) || Clock::now() >= deadline)
         return false;
       poke();
