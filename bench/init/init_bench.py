@@ -51,6 +51,9 @@ TORCH_SERVER = os.path.join(REPO, "compat", "peers", "torch_server.py")
 RANK_PY = os.path.join(HERE, "rank.py")
 PROXY_PY = os.path.join(HERE, "count_proxy.py")
 WAYS = ["env", "torchstore", "agent", "url", "run"]
+# (name, from, to) over the marks of rank.py: the median over ranks of each phase
+PHASES = [("rendezvous", "gate", "rdzv_end"), ("gloo_pg", "pg_start", "pg_end"),
+          ("barrier", "barrier_start", "barrier_end"), ("all_reduce", None, None)]
 WAY_TITLES = {
     "env": "torch default env:// (rank 0 hosts)",
     "torchstore": "torch's store started first",
@@ -242,7 +245,16 @@ class Bench:
                 raise RuntimeError("; ".join(errs[:3]))
             per = [x["t_done"] - x["t_gate"] for x in res]
             init = [x["t_init"] - x["t_gate"] for x in res]
-            rec.update(ok=True, per_rank_s=per, init_only_s=init,
+            phases = {}
+            for name, a, b in PHASES:
+                xs = [x["marks"][b] - (x["t_gate"] if a == "gate" else x["marks"][a])
+                      for x in res if b in x.get("marks", {}) and
+                      (a == "gate" or a in x["marks"])]
+                if name == "all_reduce":
+                    xs = [x["t_done"] - x["t_init"] for x in res]
+                if len(xs) == world:
+                    phases[name] = statistics.median(xs)
+            rec.update(ok=True, per_rank_s=per, init_only_s=init, phases_p50_s=phases,
                        p50_s=statistics.median(per), max_s=max(per),
                        wall_s=max(x["t_done"] for x in res) - t_release,
                        release_skew_s=max(x["t_gate"] for x in res) - t_release,

@@ -47,9 +47,44 @@ def patch_agent_store_libuv(dist):
     rdzv.TCPStore = lambda *a, **kw: real(*a, **{"use_libuv": False, **kw})
 
 
+def instrument(marks):
+    """Timestamps of init_process_group's phases: the rendezvous (store connect, and for
+    tcpstore:// the join), the process group (gloo's full-mesh key exchange and connects),
+    the store-based barrier (1.13; 2.x only with TORCH_DIST_INIT_BARRIER=1). Wraps the
+    module globals init_process_group calls; wraps whatever barrier is installed (ours for
+    tcpstore://)."""
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            marks.setdefault(name + "_start", time.monotonic())
+            try:
+                return fn(*a, **kw)
+            finally:
+                marks[name + "_end"] = time.monotonic()
+        return wrapper
+
+    real_rdzv = c10d.rendezvous
+
+    def rendezvous(*a, **kw):
+        it = real_rdzv(*a, **kw)
+
+        def gen():
+            marks["rdzv_start"] = time.monotonic()
+            x = next(it)
+            marks["rdzv_end"] = time.monotonic()
+            yield x
+        return gen()
+    c10d.rendezvous = rendezvous
+    c10d._new_process_group_helper = timed("pg", c10d._new_process_group_helper)
+    c10d._store_based_barrier = timed("barrier", c10d._store_based_barrier)
+
+
 def one_rank(args, rank, world, init_method):
     import torch
     import torch.distributed as dist
+    marks = {}
+    instrument(marks)
     gate = gate_open(args.gate)
     open(os.path.join(args.out, f"ready.{rank}"), "w").close()
     gate_wait(gate)
@@ -67,7 +102,7 @@ def one_rank(args, rank, world, init_method):
     except Exception as e:  # noqa: BLE001 (reported to the driver)
         err = f"{type(e).__name__}: {e}"
     res = {"rank": rank, "pid": os.getpid(), "t_gate": t0, "t_init": t_init, "t_done": t_ar,
-           "error": err}
+           "error": err, "marks": marks}
     tmp = os.path.join(args.out, f".result.{rank}")
     with open(tmp, "w") as f:
         json.dump(res, f)
