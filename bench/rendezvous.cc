@@ -532,9 +532,9 @@ int Rendezvous::run() {
       opt_.arrival_spread_s, finished ? "finished" : "DID NOT FINISH", wall,
       all_joined_ns_ ? static_cast<double>(all_joined_ns_ - t0_) / 1e9 : -1.0,
       p50, p99, pmax, st.requests_sent, per_rank_requests, per_rank_polls,
-      polls_, conn_errors, st.connect_errors,
-      st.closed_by_peer, retries_, failed_,
-      cpu >= 0 ? fmt::format("{:.3f} s", cpu) : std::string("n/a"), client_cpu);
+      polls_, conn_errors, st.connect_errors, st.closed_by_peer, retries_,
+      failed_, cpu >= 0 ? fmt::format("{:.3f} s", cpu) : std::string("n/a"),
+      client_cpu);
   if (!first_error_.empty() && !common_.quiet)
     fmt::print(stderr, "first error: {}\n", first_error_);
   if (!common_.json_path.empty()) {
