@@ -148,6 +148,8 @@ class Bench:
         return [RUN_SH, version, "/usr/bin/env", f"PYTHONPATH={REPO}/python",
                 f"TCPSTORE_LIBRARY={self.lib}",
                 f"TCPSTORE_SERVER_BIN={self.bin}/tcpstore-server", "PYTHONUNBUFFERED=1",
+                # gloo's address: loopback, as the forked ranks set it (else the host name)
+                "GLOO_SOCKET_IFNAME=lo",
                 "python3", *argv]
 
     def job(self, version, way, world, count):
