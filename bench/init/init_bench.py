@@ -34,6 +34,7 @@ Writes DIR/init_bench.json, DIR/init_bench.md (table), DIR/init_bench.png.
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -68,9 +69,17 @@ def log(*a):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (32768+ here), so that the machine's outgoing
+    connections cannot take it between this check and rank 0's bind."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000-32000")
 
 
 class Proc:
@@ -112,6 +121,16 @@ class Proc:
         return self.p.returncode
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process (ticks of /proc/PID/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def parse_counters(text):
     """The last 'requests total=N cmd=N ...' line of tcpstore-server's stderr."""
     line = None
@@ -131,6 +150,19 @@ def pct(xs, p):
     k = (len(xs) - 1) * p / 100
     lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def failed_rank(tmp):
+    for n in os.listdir(tmp):
+        if n.startswith("result."):
+            try:
+                with open(os.path.join(tmp, n)) as f:
+                    x = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if x.get("error"):
+                return f"rank {x['rank']}: {x['error']}"
+    return None
 
 
 class Bench:
@@ -224,14 +256,25 @@ class Bench:
                 time.sleep(0.02)
             rec["ready_s"] = time.monotonic() - t_launch
             time.sleep(0.2)  # the last ready rank is in read() by now (it opened the gate first)
+            srv_cpu0 = cpu_seconds(server.p.pid) if server else None
             t_release = time.monotonic()
             os.close(gate_fd)
             gate_fd = None
+            polls = 0
             while count_files("result.") < world:
                 if time.monotonic() > deadline or ranks.p.poll() is not None:
                     raise RuntimeError(f"only {count_files('result.')}/{world} ranks finished")
+                polls += 1
+                # every 0.5 s: a rank that failed (the others would wait for it until the
+                # deadline); seldom, so that the driver stays off the CPU the ranks need
+                failed = failed_rank(tmp) if polls % 50 == 0 else None
+                if failed:
+                    raise RuntimeError(failed)
                 time.sleep(0.01)
             t_all = time.monotonic()
+            srv_cpu1 = cpu_seconds(server.p.pid) if server else None
+            if srv_cpu0 is not None and srv_cpu1 is not None:
+                rec["server_cpu_s"] = srv_cpu1 - srv_cpu0
             os.close(exit_fd)
             exit_fd = None
             try:
@@ -256,6 +299,9 @@ class Bench:
                     xs = [x["t_done"] - x["t_init"] for x in res]
                 if len(xs) == world:
                     phases[name] = statistics.median(xs)
+            cpus = [x["cpu_s"] for x in res if x.get("cpu_s") is not None]
+            if len(cpus) == world:
+                rec["ranks_cpu_s"] = sum(cpus)
             rec.update(ok=True, per_rank_s=per, init_only_s=init, phases_p50_s=phases,
                        p50_s=statistics.median(per), max_s=max(per),
                        wall_s=max(x["t_done"] for x in res) - t_release,
@@ -339,6 +385,11 @@ def summarize(records, versions, worlds, ways):
                         statistics.median(r["init_only_s"]) for r in ok)
                     row["wall_s"] = statistics.median(r["wall_s"] for r in ok)
                     row["skew_s"] = statistics.median(r["release_skew_s"] for r in ok)
+                    for name, _, _ in PHASES:
+                        xs = [r["phases_p50_s"][name] for r in ok
+                              if name in r.get("phases_p50_s", {})]
+                        if len(xs) == len(ok):
+                            row[f"phase_{name}_s"] = statistics.median(xs)
                     srv = [r["server_counters"]["total"] / w for r in ok
                            if r.get("server_counters")]
                     if srv and way in ("agent", "url"):
@@ -378,6 +429,22 @@ def table(rows, meta):
             "\"init only\": to the return of init_process_group. Requests and polls per rank: "
             "one count run through the counting proxy (not timed). * env: ranks 1..W-1 only "
             "(rank 0 talks to the store in its own process, which no proxy can see)."]
+    out += ["", "Where the time goes: the median over ranks of each phase (median over runs), "
+            "in seconds. rendezvous: from the gate to the store handed to torch (connect; "
+            "tcpstore://: also the join, which waits for every rank); gloo PG: the process "
+            "group (gloo's full-mesh address exchange through the store and its W-1 TCP "
+            "connections); barrier: the store-based barrier (1.13 only; 2.x runs none by "
+            "default), mostly waiting for the slowest rank's gloo PG; all_reduce: the first "
+            "collective.", "",
+            "| torch | W | way | rendezvous | gloo PG | barrier | all_reduce |",
+            "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["world"] < 32 or "p50_s" not in r:
+            continue
+        ph = [fmt(r.get(f"phase_{n}_s")) if f"phase_{n}_s" in r else "-"
+              for n in ("rendezvous", "gloo_pg", "barrier", "all_reduce")]
+        out.append(f"| {r['version']} | {r['world']} | {WAY_TITLES[r['way']]} | "
+                   + " | ".join(ph) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -430,7 +497,23 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     ap.add_argument("--name", default="init_bench")
     ap.add_argument("--keep-failed", action="store_true")
+    ap.add_argument("--report", metavar="JSON",
+                    help="only rebuild the table and plot from a results file")
     a = ap.parse_args()
+    if a.report:
+        with open(a.report) as f:
+            d = json.load(f)
+        meta, records = d["meta"], d["records"]
+        rows = summarize(records, meta["versions"], meta["worlds"], meta["ways"])
+        with open(a.report, "w") as f:
+            json.dump({"meta": meta, "summary": rows, "records": records}, f, indent=1)
+        md = table(rows, meta)
+        base = os.path.splitext(a.report)[0]
+        with open(base + ".md", "w") as f:
+            f.write(md)
+        plot(rows, meta["versions"], meta["worlds"], meta["ways"], base + ".png")
+        print(md)
+        return 0
     versions = a.versions.split(",")
     worlds = [int(x) for x in a.worlds.split(",")]
     ways = a.ways.split(",")

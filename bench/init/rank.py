@@ -89,6 +89,7 @@ def one_rank(args, rank, world, init_method):
     open(os.path.join(args.out, f"ready.{rank}"), "w").close()
     gate_wait(gate)
     t0 = time.monotonic()
+    c0 = os.times()
     err = None
     t_init = t_ar = None
     try:
@@ -101,7 +102,9 @@ def one_rank(args, rank, world, init_method):
             err = f"all_reduce gave {x[0].item()}, expected {world}"
     except Exception as e:  # noqa: BLE001 (reported to the driver)
         err = f"{type(e).__name__}: {e}"
+    c1 = os.times()
     res = {"rank": rank, "pid": os.getpid(), "t_gate": t0, "t_init": t_init, "t_done": t_ar,
+           "cpu_s": (c1.user - c0.user) + (c1.system - c0.system),
            "error": err, "marks": marks}
     tmp = os.path.join(args.out, f".result.{rank}")
     with open(tmp, "w") as f:
