@@ -137,6 +137,9 @@ class Rendezvous final : public ConnHandler, public TimerHandler {
   std::size_t done_ = 0;
   std::size_t failed_ = 0;
   std::uint64_t retries_ = 0;
+  // Requests sent again because the condition they read was not met yet: the
+  // 1.13 barrier's repeated ADD key 0, rank 0's repeated WAIT+GET init/.
+  std::uint64_t polls_ = 0;
   std::string first_error_;
   Request req_;
   std::mt19937_64 rng_{std::random_device{}()};
@@ -422,10 +425,16 @@ void Rendezvous::onTimer(std::uint64_t arg) {
       connectSecond(i);
       return;
     case kPoll:
-      if (r.main && r.main->open()) sendAdd(*r.main, bkey_, 0, kTagBarrierAdd0);
+      if (r.main && r.main->open()) {
+        polls_ += 1;
+        sendAdd(*r.main, bkey_, 0, kTagBarrierAdd0);
+      }
       return;
     case kMasterPoll:
-      if (r.main && r.main->open()) masterPoll(i);
+      if (r.main && r.main->open()) {
+        polls_ += 2;  // get() = WAIT + GET
+        masterPoll(i);
+      }
       return;
     default:
       return;
@@ -505,21 +514,27 @@ int Rendezvous::run() {
                              : opt_.barrier == BarrierKind::kV2   ? "2.x"
                                                                   : "server";
   const std::size_t open_at_end = loop_.openConns();
+  const double n_ranks = static_cast<double>(ranks_.size());
+  const double per_rank_requests =
+      static_cast<double>(st.requests_sent) / n_ranks;
+  const double per_rank_polls = static_cast<double>(polls_) / n_ranks;
   std::string dialect(protocol::dialectName(common_.dialect));
   fmt::print(
       "rendezvous dialect={} ranks={} conns/rank={} barrier={} spread={}s: {} "
       "wall {:.4f} s "
       "(all joined {:.4f} s), rank p50 {:.4f} s p99 {:.4f} s max {:.4f} s, {} "
       "requests, "
+      "{:.2f} requests/rank, {:.2f} polls/rank ({} polls), "
       "{} conn errors ({} connect, {} closed), {} retries, {} failed ranks, "
       "server cpu {}, "
       "generator cpu {:.3f} s\n",
       dialect, ranks_.size(), conns_per_rank_, barrier_name,
       opt_.arrival_spread_s, finished ? "finished" : "DID NOT FINISH", wall,
       all_joined_ns_ ? static_cast<double>(all_joined_ns_ - t0_) / 1e9 : -1.0,
-      p50, p99, pmax, st.requests_sent, conn_errors, st.connect_errors,
-      st.closed_by_peer, retries_, failed_,
-      cpu >= 0 ? fmt::format("{:.3f} s", cpu) : std::string("n/a"), client_cpu);
+      p50, p99, pmax, st.requests_sent, per_rank_requests, per_rank_polls,
+      polls_, conn_errors, st.connect_errors, st.closed_by_peer, retries_,
+      failed_, cpu >= 0 ? fmt::format("{:.3f} s", cpu) : std::string("n/a"),
+      client_cpu);
   if (!first_error_.empty() && !common_.quiet)
     fmt::print(stderr, "first error: {}\n", first_error_);
   if (!common_.json_path.empty()) {
@@ -544,6 +559,9 @@ int Rendezvous::run() {
         .num("rank_max_s", pmax)
         .integer("requests_sent", static_cast<std::int64_t>(st.requests_sent))
         .integer("replies", static_cast<std::int64_t>(st.replies))
+        .num("requests_per_rank", per_rank_requests)
+        .integer("polls", static_cast<std::int64_t>(polls_))
+        .num("polls_per_rank", per_rank_polls)
         .integer("conn_errors", static_cast<std::int64_t>(conn_errors))
         .integer("connect_errors", static_cast<std::int64_t>(st.connect_errors))
         .integer("closed_by_peer", static_cast<std::int64_t>(st.closed_by_peer))

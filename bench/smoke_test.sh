@@ -31,6 +31,9 @@ run r113 rendezvous --dialect 1.13 --ranks 64
 run r2x rendezvous --dialect 2.x --ranks 64
 run rsrv rendezvous --dialect 2.x --barrier server --ranks 64
 run rsrv113 rendezvous --dialect 1.13 --barrier server --ranks 64
+for name in r113 r2x rsrv rsrv113; do
+  grep -q '"polls_per_rank"' "$TMP/$name.json" || { echo "FAIL: $name: no polls_per_rank"; exit 1; }
+done
 run get ops --op get --clients 2 --pipeline 2 --idle 16 --seconds 0.3 --warmup 0.1
 run mix113 ops --dialect 1.13 --op mix --clients 2 --pipeline 4 --seconds 0.3 --warmup 0.1
 run mem memory --keys 2000 --idle 8
