@@ -52,6 +52,9 @@ struct ServerLimits {
   // ~64 bytes per key) plus ~100 bytes per waited key plus the largest replies
   // in flight, with room to spare: a 100K-rank rendezvous needs tens of MB.
   std::uint64_t max_memory_bytes = 1024ull * 1024 * 1024;
+  // Channels open at once on one relay (mux) connection; an OPEN past it is
+  // answered CLOSED (counted in ServerCounters::mux_channels_refused).
+  std::uint64_t max_mux_channels = std::uint64_t{1} << 20;
 };
 
 struct ServerOptions {
@@ -127,6 +130,15 @@ struct ServerCounters {
   std::uint64_t connections_shed = 0;
   std::uint64_t bytes_in = 0;
   std::uint64_t bytes_out = 0;
+  // The relay extension (docs/relay.md): connections that sent the mux
+  // preamble, and their channels (one per relayed client; a channel's
+  // requests are counted in `requests` like a connection's). Refused: an
+  // OPEN past max_mux_channels or the memory budget (answered CLOSED).
+  std::uint64_t mux_connections = 0;
+  std::uint64_t mux_channels_opened = 0;
+  std::uint64_t mux_channels_closed = 0;
+  std::uint64_t mux_channels_open = 0;
+  std::uint64_t mux_channels_refused = 0;
   // Relay mode (ServerOptions::upstream; all 0 otherwise). Requests sent on
   // their client's own channel; ADDs answered from a combined upstream ADD
   // (and those upstream ADDs); reads answered from a shared upstream read

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "store/server/connections.h"
+#include "store/server/mux_session.h"
 #include "store/server/net.h"
 
 namespace tcpstore::server {
@@ -25,13 +26,16 @@ constexpr std::size_t kMaxReadBytes = std::size_t{1} << 30;
 // ---- Connection: read and decode -------------------------------------------
 
 Connection::Connection(Connections& set, ConnId id)
-    : set_(set), id_(id), stream_(set.limits_) {}
+    : Endpoint(id), set_(set), stream_(set.limits_) {}
+
+Connection::~Connection() = default;
 
 std::string Connection::peerName() const {
   return formatSockaddr(reinterpret_cast<const sockaddr*>(&peer_));
 }
 
 std::string_view Connection::dialectName() const noexcept {
+  if (mux_) return "mux";
   auto d = stream_.dialect();
   return d ? protocol::dialectName(*d) : std::string_view("undecided");
 }
@@ -170,6 +174,24 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     bool& flag;
     ~Reset() { flag = false; }
   } reset{draining_};
+  if (!mux_decided_) {
+    switch (detectMuxPreamble(std::string_view(data, len))) {
+      case MuxPreamble::kNeedMore:
+        need_ = protocol::mux::kMuxPreamble.size();
+        return 0;
+      case MuxPreamble::kNo:
+        mux_decided_ = true;
+        break;
+      case MuxPreamble::kYes:
+        mux_decided_ = true;
+        mux_ = std::make_unique<MuxSession>(*this);
+        off = protocol::mux::kMuxPreamble.size();
+        need_ = 1;
+        send(protocol::mux::kMuxPreamble, true);
+        break;
+    }
+  }
+  if (mux_) return off + mux_->drain(data + off, len - off);
   while (!paused_ && !pending_ && !closing_ && !failed_ && len - off >= need_) {
     DecodeResult r = stream_.next(std::string_view(data + off, len - off), req);
     if (!dialect_noted_) noteDialect();
@@ -202,6 +224,10 @@ void Connection::resume() {
   // partial-request clock starts again.
   last_read_ms_ = set_.now();
   // Stopping: requests not yet decoded are not started.
+  if (mux_ && !paused_ && !set_.stopping_ && !failed_) {
+    mux_->resumeChannels();  // their queued requests came before in_'s
+    if (closing_) return;
+  }
   if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
     drainBuffered();
     if (closing_) return;
@@ -244,26 +270,36 @@ void Connection::updateReading() noexcept {
 
 // ---- Connection: output ----------------------------------------------------
 
-void Connection::send(std::string_view bytes, bool requested) {
+void Connection::send(std::string_view head, std::string_view body,
+                      bool requested) {
   if (closing_) return;
   const OutputLimits& lim = set_.output_;
-  if (!requested && dropUnrequestedPush(lim, set_.total_output_, outbox_.size(),
-                                        bytes.size())) {
+  const std::size_t n = head.size() + body.size();
+  if (!requested &&
+      dropUnrequestedPush(lim, set_.total_output_, outbox_.size(), n)) {
     reject(set_.ctr_.rejected_slow_reader,
            fmt::format("{} unsent bytes while the server's unsent output is "
                        "past its budget of {} bytes",
-                       outbox_.size() + bytes.size(), lim.total_budget));
+                       outbox_.size() + n, lim.total_budget));
     return;
   }
-  outbox_.append(bytes);
-  set_.total_output_ += bytes.size();
+  outbox_.append(head);
+  if (!body.empty()) outbox_.append(body);
+  set_.total_output_ += n;
   set_.flush_list_.add(this);
   checkOutput();
 }
 
 void Connection::checkOutput() {
   const OutputLimits& lim = set_.output_;
-  switch (judgeOutput(lim, outbox_.size(), outbox_.writing(), paused_)) {
+  CapAction action =
+      judgeOutput(lim, outbox_.size(), outbox_.writing(), paused_);
+  // A relay's connection carries many clients' replies: a full kernel buffer
+  // is not a reason to drop them all. It is paused (flow control); the stall
+  // timer and the memory budget still drop a relay that stopped reading.
+  if (mux_ && action == CapAction::kDrop)
+    action = paused_ ? CapAction::kNone : CapAction::kPause;
+  switch (action) {
     case CapAction::kDrop:
       reject(set_.ctr_.rejected_slow_reader,
              fmt::format("slow reader: {} bytes of replies not taken (limit "
@@ -371,6 +407,12 @@ void Connection::reject(Counter& counter, std::string_view reason) noexcept {
   close();
 }
 
+void Connection::drop(std::string_view reason) noexcept {
+  if (closing_) return;
+  logClosing(reason);
+  close();
+}
+
 void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   if (closing_ || failed_) return;
   if (outbox_.size() == 0 || set_.stopping_) {
@@ -392,6 +434,7 @@ void Connection::close() noexcept {
   closing_ = true;
   set_.input_total_ -= counted_in_;
   counted_in_ = 0;
+  if (mux_) mux_->closeAll();
   set_.closed(*this);
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {

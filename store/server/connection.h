@@ -7,6 +7,10 @@
 // RequestHandler (the dispatcher), whose replies come back through send()
 // into the Outbox, flushed once per loop turn.
 //
+// A connection whose first bytes are the mux preamble (protocol/mux.h) is a
+// relay's: it carries frames, and its MuxSession (mux_session.h) serves each
+// channel as an Endpoint of its own.
+//
 // Decoding stops while the connection is paused (its unsent output is over
 // the cap, see backpressure.h) or holds a pending request (the backend
 // answers later); the bytes stay buffered and are decoded on resume. Reads
@@ -23,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,69 +35,57 @@
 #include "store/effects.h"
 #include "store/server/backpressure.h"
 #include "store/server/counters.h"
+#include "store/server/endpoint.h"
 #include "store/server/input_buffer.h"
 #include "store/server/log.h"
 #include "store/server/outbox.h"
 
 namespace tcpstore::server {
 
-using store::ConnId;
-class Connection;
 class Connections;
+class MuxSession;
 
-// Where a connection's decoded requests go (the dispatcher).
-class RequestHandler {
+class Connection final : public Endpoint {
  public:
-  // One decoded request of `c`; its views are valid during the call only.
-  // May send to any connection, close any (also `c`), or mark `c` pending.
-  // Throws std::bad_alloc only.
-  virtual void onRequest(Connection& c, const protocol::Request& req) = 0;
-  // `c` is closing (called once): forget it. Nothing more is sent to it.
-  virtual void onClosing(Connection& c) noexcept = 0;
+  ~Connection();
 
- protected:
-  ~RequestHandler() = default;
-};
-
-class Connection {
- public:
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  ConnId id() const noexcept { return id_; }
-  bool closing() const noexcept { return closing_; }
-  std::string peerName() const;
-  std::string_view dialectName() const noexcept;
+  std::string peerName() const override;
+  // "1.13", "2.x", "mux" or "undecided".
+  std::string_view dialectName() const noexcept override;
   std::size_t unsentBytes() const noexcept { return outbox_.size(); }
   Outbox& outbox() noexcept { return outbox_; }
 
   // Queues `bytes` for the client, applying the output policy: a push the
   // client did not ask for (`requested` false) may drop a client that is
   // behind; output over the cap pauses it. Throws std::bad_alloc.
-  void send(std::string_view bytes, bool requested);
+  void send(std::string_view bytes, bool requested) override {
+    send(bytes, std::string_view(), requested);
+  }
+  // As send(head + body), without joining them first.
+  void send(std::string_view head, std::string_view body, bool requested);
 
-  // While pending, nothing more is decoded. setPending(false) does not
-  // decode: call resume() once the reply is routed.
-  void setPending(bool pending) noexcept { pending_ = pending; }
-  bool pending() const noexcept { return pending_; }
   // Decodes the buffered requests (if not paused, pending or closing) and
   // restarts reading if it had stopped. Throws std::bad_alloc.
-  void resume();
+  void resume() override;
 
   // Counts `counter`, logs "closing connection from P (dialect): reason"
   // (rate-limited) and closes. No-op if closing.
-  void reject(Counter& counter, std::string_view reason) noexcept;
+  void reject(Counter& counter, std::string_view reason) noexcept override;
   // An error in this connection's requests (bad bytes, a refused request):
   // counts `counter`, logs like reject(), stops reading and decoding, and
   // closes once the replies owed for its earlier requests are written (at
   // once if there are none; after partial_request_ms at most if the peer
   // does not read them). No-op if closing.
-  void fail(Counter& counter, std::string_view reason) noexcept;
+  void fail(Counter& counter, std::string_view reason) noexcept override;
+  // Logs like reject() and closes, counting nothing.
+  void drop(std::string_view reason) noexcept override;
   // Closes now: unsent output is dropped. Idempotent.
   void close() noexcept;
 
  private:
   friend class Connections;
+  friend class MuxSession;
+  friend class Channel;
   Connection(Connections& set, ConnId id);
 
   static void onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept;
@@ -126,8 +119,10 @@ class Connection {
 
   uv_tcp_t tcp_{};
   Connections& set_;
-  const ConnId id_;
   protocol::RequestStream stream_;
+  // Set once the first bytes were the mux preamble (mux_session.h): the
+  // connection then carries frames, not requests.
+  std::unique_ptr<MuxSession> mux_;
   InputBuffer in_;
   std::size_t need_ = 1;  // bytes that must be buffered before decoding again
   Outbox outbox_;
@@ -136,10 +131,9 @@ class Connection {
   std::uint64_t last_read_ms_ = 0;  // loop time of the last byte read
   std::uint64_t failed_ms_ = 0;     // loop time of fail() (if failed_)
   bool reading_ = false;
-  bool paused_ = false;   // output over the cap: no reading, no decoding
-  bool pending_ = false;  // a request awaits the backend: no decoding
-  bool eof_ = false;      // the peer half-closed; seen while pending
-  bool closing_ = false;
+  bool paused_ = false;       // output over the cap: no reading, no decoding
+  bool eof_ = false;          // the peer half-closed; seen while pending
+  bool mux_decided_ = false;  // the first bytes were (or were not) the preamble
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;
   bool dialect_noted_ = false;

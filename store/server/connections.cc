@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "store/server/mux_session.h"
+
 namespace tcpstore::server {
 
 namespace {
@@ -23,7 +25,15 @@ Connections::Connections(const protocol::Limits& limits,
       scratch_(new char[kScratchBytes]),
       rejections_(kMaxRejectLinesPerSecond) {}
 
-Connections::~Connections() = default;
+Connections::~Connections() { freeDeadChannels(); }
+
+// Iteratively: a list of 10^5 channels must not recurse 10^5 deep.
+void Connections::freeDeadChannels() noexcept {
+  while (dead_channels_) {
+    std::unique_ptr<Channel> next = std::move(dead_channels_->next_dead_);
+    dead_channels_ = std::move(next);
+  }
+}
 
 Status Connections::open(LoopHandles& handles) {
   loop_ = handles.loop();
@@ -97,6 +107,7 @@ void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
   uv_idle_stop(s->flush_idle_);
   s->flush_list_.run([](Connection* c) { c->flush(); });
+  s->freeDeadChannels();
   const std::uint64_t total = s->memoryUse().total();
   s->ctr_.memory_bytes.store(total, std::memory_order_relaxed);
   if (s->budget_.max() == 0) return;

@@ -1,7 +1,8 @@
-// Connections: every open connection of a server, and what they share: the
-// loop-wide read buffer, the flush list run once per loop turn, the
-// server-wide output total, the stall timer of paused connections and the
-// rate-limited rejection log. Loop thread only.
+// Connections: every open connection (and mux channel) of a server, and what
+// they share: the never-reused ConnId space, the loop-wide read buffer, the
+// flush list run once per loop turn, the server-wide output total, the stall
+// timer of paused connections and the rate-limited rejection log. Loop thread
+// only.
 #pragma once
 
 #include <uv.h>
@@ -24,6 +25,8 @@
 #include "store/server/outbox.h"
 
 namespace tcpstore::server {
+
+class Channel;
 
 class Connections {
  public:
@@ -56,6 +59,9 @@ class Connections {
                      backend_ != nullptr ? backend_->memoryBytes() : 0};
   }
   void setHandler(RequestHandler& handler) noexcept { handler_ = &handler; }
+  // Most channels open at once on one mux connection (an OPEN past it is
+  // refused with CLOSED). Call before open().
+  void setMaxMuxChannels(std::uint64_t n) noexcept { max_mux_channels_ = n; }
   // Called once the last connection has closed after beginStop().
   void setOnDrained(void (*fn)(void*) noexcept, void* arg) noexcept {
     on_drained_ = fn;
@@ -71,6 +77,13 @@ class Connections {
   Connection* find(ConnId id) const noexcept {
     auto it = by_id_.find(id);
     return it == by_id_.end() ? nullptr : it->second;
+  }
+  // The open connection or mux channel `id`, or nullptr.
+  Endpoint* findEndpoint(ConnId id) const noexcept {
+    if (Connection* c = find(id)) return c;
+    if (channels_.empty()) return nullptr;
+    auto it = channels_.find(id);
+    return it == channels_.end() ? nullptr : it->second;
   }
   bool stopping() const noexcept { return stopping_; }
   // Stop: reads end; a connection without unsent output closes now, the
@@ -88,6 +101,8 @@ class Connections {
 
  private:
   friend class Connection;
+  friend class MuxSession;
+  friend class Channel;
   static void onCheck(uv_check_t* check) noexcept;
   static void onIdle(uv_idle_t*) noexcept {}
   static void onStallTimer(uv_timer_t* timer) noexcept;
@@ -111,7 +126,14 @@ class Connections {
   const Logger& log_;
   RequestHandler* handler_ = nullptr;
   std::unordered_map<ConnId, Connection*> by_id_;
-  ConnId next_id_ = 1;
+  ConnId next_id_ = 1;  // connections and channels alike
+  // Open mux channels (their ids come from next_id_ too).
+  std::unordered_map<ConnId, Endpoint*> channels_;
+  // Closed channels, freed in the check phase (a pointer to one stays valid
+  // for the rest of the loop turn, like a closing Connection's).
+  std::unique_ptr<Channel> dead_channels_;  // a list through next_dead_
+  void freeDeadChannels() noexcept;
+  std::uint64_t max_mux_channels_ = std::uint64_t{1} << 20;
   // Loop-wide read buffer: reads land here unless a connection is in the
   // middle of a message too large for it.
   std::unique_ptr<char[]> scratch_;

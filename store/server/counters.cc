@@ -53,6 +53,13 @@ ServerCounters Counters::snapshot() const noexcept {
   c.connections_shed = get(connections_shed);
   c.bytes_in = get(bytes_in);
   c.bytes_out = get(bytes_out);
+  c.mux_connections = get(mux_connections);
+  c.mux_channels_opened = get(mux_channels_opened);
+  c.mux_channels_closed = get(mux_channels_closed);
+  c.mux_channels_open = c.mux_channels_opened >= c.mux_channels_closed
+                            ? c.mux_channels_opened - c.mux_channels_closed
+                            : 0;
+  c.mux_channels_refused = get(mux_channels_refused);
   return c;
 }
 
@@ -78,6 +85,10 @@ std::string countersLine(const ServerCounters& c) {
       " | budget refused={} dropped={} input_paused={} memory_bytes={}",
       c.budget_refused, c.budget_dropped, c.budget_input_paused,
       c.memory_bytes);
+  out += fmt::format(
+      " | mux conns={} channels opened={} closed={} open={} refused={}",
+      c.mux_connections, c.mux_channels_opened, c.mux_channels_closed,
+      c.mux_channels_open, c.mux_channels_refused);
   return out;
 }
 

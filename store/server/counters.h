@@ -39,6 +39,10 @@ struct Counters {
   Counter connections_shed{0};
   Counter bytes_in{0};
   Counter bytes_out{0};
+  Counter mux_connections{0};
+  Counter mux_channels_opened{0};
+  Counter mux_channels_closed{0};
+  Counter mux_channels_refused{0};
 
   // One request of `cmd` was decoded.
   void countRequest(protocol::Command cmd) noexcept {

@@ -45,7 +45,7 @@ Status Dispatcher::open(LoopHandles& handles) {
   return backend_.open(*this, loop_);
 }
 
-void Dispatcher::onRequest(Connection& c, const protocol::Request& req) {
+void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
   ctr_.countRequest(req.command);
   if (refusedForBudget(c, req, estimateBytes(req))) return;
   const std::int64_t join = join_ ? joinCount(req) : kNoCount;
@@ -89,7 +89,7 @@ void Dispatcher::leaveDispatch() noexcept {
   if (--depth_ > 0 || to_resume_.empty()) return;
   // Index loop: a resumed connection's requests may complete others.
   for (std::size_t i = 0; i < to_resume_.size(); ++i) {
-    Connection* c = conns_.find(to_resume_[i]);
+    Endpoint* c = conns_.findEndpoint(to_resume_[i]);
     if (c == nullptr) continue;
     ++depth_;
     try {
@@ -103,16 +103,16 @@ void Dispatcher::leaveDispatch() noexcept {
   to_resume_.clear();
 }
 
-void Dispatcher::onClosing(Connection& c) noexcept {
+void Dispatcher::onClosing(Endpoint& c) noexcept {
   backend_.disconnect(c.id());
   if (!pending_.empty()) pending_.erase(c.id());
 }
 
-void Dispatcher::route(const Effects& fx, Connection* self) {
+void Dispatcher::route(const Effects& fx, Endpoint* self) {
   for (const Effects::Send& send : fx.sends()) {
-    Connection* t = self != nullptr && send.conn == self->id()
-                        ? self
-                        : conns_.find(send.conn);
+    Endpoint* t = self != nullptr && send.conn == self->id()
+                      ? self
+                      : conns_.findEndpoint(send.conn);
     if (t == nullptr) continue;
     t->send(fx.bytesOf(send), t == self);
   }
@@ -123,7 +123,7 @@ bool Dispatcher::isReadOnly(Command cmd) noexcept {
          cmd == Command::kListKeys;
 }
 
-bool Dispatcher::refusedForBudget(Connection& c, const protocol::Request& req,
+bool Dispatcher::refusedForBudget(Endpoint& c, const protocol::Request& req,
                                   std::uint64_t extra) {
   const MemoryUse use = conns_.memoryUse();
   if (!conns_.budget().refuse(use, extra)) return false;
@@ -135,7 +135,7 @@ bool Dispatcher::refusedForBudget(Connection& c, const protocol::Request& req,
   return true;
 }
 
-void Dispatcher::rejectRequest(Connection& c, Command cmd, const Status& st) {
+void Dispatcher::rejectRequest(Endpoint& c, Command cmd, const Status& st) {
   c.fail(
       ctr_.forRejectedRequest(st),
       fmt::format("{} rejected: {}", protocol::commandName(cmd), st.message()));
@@ -152,7 +152,7 @@ void Dispatcher::deliver(const Effects& fx) {
 
 void Dispatcher::complete(ConnId conn, const Status& status,
                           const Effects& fx) {
-  Connection* c = conns_.find(conn);
+  Endpoint* c = conns_.findEndpoint(conn);
   if (c == nullptr || !c->pending()) {
     // Closed meanwhile (its bytes are dropped), or a stray completion.
     deliver(fx);
@@ -188,17 +188,9 @@ void Dispatcher::complete(ConnId conn, const Status& status,
 }
 
 void Dispatcher::close(ConnId conn, const Status& why) {
-  Connection* c = conns_.find(conn);
+  Endpoint* c = conns_.findEndpoint(conn);
   if (c == nullptr) return;
-  if (log_.enabled(LogLevel::kWarn)) {
-    try {
-      conns_.logRejection(fmt::format("closing connection from {} ({}): {}",
-                                      c->peerName(), c->dialectName(),
-                                      why.message()));
-    } catch (...) {
-    }
-  }
-  c->close();
+  c->drop(why.message());
 }
 
 // ---- join progress ---------------------------------------------------------

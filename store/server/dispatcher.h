@@ -1,4 +1,5 @@
-// Dispatcher: each decoded request goes to the Backend; the Effects it
+// Dispatcher: each decoded request of an Endpoint (a connection, or a mux
+// channel: endpoint.h) goes to the Backend; the Effects it
 // returns are routed to the connections' outboxes. Counts requests per
 // command, turns a failed request into a closed connection (with its
 // reason and counter), and logs "joined K/N" progress: torch's "init/"
@@ -43,8 +44,8 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   Status open(LoopHandles& handles);
 
   // RequestHandler
-  void onRequest(Connection& c, const protocol::Request& req) override;
-  void onClosing(Connection& c) noexcept override;
+  void onRequest(Endpoint& c, const protocol::Request& req) override;
+  void onClosing(Endpoint& c) noexcept override;
 
   // BackendHost (never throw: out of memory closes the connection).
   void deliver(const store::Effects& fx) override;
@@ -61,11 +62,11 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   static constexpr std::int64_t kNoCount = -1;
   static constexpr std::int64_t kFromReply = -2;
 
-  void route(const store::Effects& fx, Connection* self);
-  void rejectRequest(Connection& c, protocol::Command cmd, const Status& st);
+  void route(const store::Effects& fx, Endpoint* self);
+  void rejectRequest(Endpoint& c, protocol::Command cmd, const Status& st);
   // Refuses `req` (closing `c` after its owed replies) if `extra` more bytes
   // would cross the memory budget.
-  bool refusedForBudget(Connection& c, const protocol::Request& req,
+  bool refusedForBudget(Endpoint& c, const protocol::Request& req,
                         std::uint64_t extra);
   static bool isReadOnly(protocol::Command cmd) noexcept;
   std::int64_t joinCount(const protocol::Request& req) const noexcept;

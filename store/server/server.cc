@@ -129,6 +129,7 @@ Status Server::Impl::init() {
   conns.setHandler(dispatcher);
   conns.setOnDrained(&Impl::onDrained, this);
   conns.setPartialRequestMs(options.limits.partial_request_ms);
+  conns.setMaxMuxChannels(options.limits.max_mux_channels);
   conns.setBudget(options.limits.max_memory_bytes, backend.get());
   if (st = conns.open(handles); !st.isOk()) return st;
   if (st = dispatcher.open(handles); !st.isOk()) return st;
