@@ -1,14 +1,16 @@
 // Combiner: a relay's request combining. Requests offered in one loop turn
 // are batched and sent at the end of the turn (flush(), from the relay's
 // uv_check):
-//  - ADD: all ADDs of one key (one dialect) in a batch become one upstream
+// The combiner's channel speaks 2.x (reply bytes do not depend on the
+// dialect, and 2.x has every command combined here).
+//  - ADD: all ADDs of one key in a batch become one upstream
 //    ADD of the sum on a relay-owned channel; the reply V is handed out as
 //    V - sum + d1, V - sum + d1 + d2, ..., V: the values the callers would
 //    get if their ADDs ran one after another, in the batch's order, at the
 //    instant the upstream applied the sum. ADDs that arrive while that key's
 //    combined ADD is in flight wait for the next batch. A sum that would
 //    overflow int64 is not combined.
-//  - GET, CHECK, MULTI_GET: identical requests (same dialect, same bytes)
+//  - GET, CHECK, MULTI_GET: identical requests (same bytes)
 //    in one batch are sent once and every caller gets the reply. A request
 //    is never attached to an upstream request sent before it arrived, so
 //    each caller's read happens inside its own request-reply interval
@@ -46,8 +48,7 @@ class Combiner {
 
   // Takes `req` of `conn` into this turn's batch if its command combines
   // (the caller answers kPending and waits for host().complete()).
-  bool offer(ConnId conn, protocol::Dialect dialect,
-             const protocol::Request& req);
+  bool offer(ConnId conn, const protocol::Request& req);
   // Sends this turn's batches.
   void flush();
   // Frames of the combiner's own channels.
@@ -63,7 +64,6 @@ class Combiner {
   };
   // One request sent (or to send) upstream on behalf of several callers.
   struct Op {
-    protocol::Dialect dialect = protocol::Dialect::kV2;
     protocol::Command command = protocol::Command::kGet;
     std::uint64_t count = 0;  // MULTI_GET keys
     std::string key;          // ADD: the key (its group)
@@ -84,18 +84,20 @@ class Combiner {
   void send(std::uint64_t id);
   void finish(std::uint64_t id, std::string_view reply);
   void fail(const Op& op, const Status& st);
-  Shared& shared(protocol::Dialect d);
+  Shared& shared();
   void sendAlone(ConnId conn, const Op& op, std::int64_t delta);
+  // The combined ADD of `key` is answered (or failed): its next batch may go.
+  void addDone(const std::string& key);
 
   RelayBackend& relay_;
-  // Batches of this turn, by identity: dialect + encoded request (reads) or
-  // dialect + key (ADD).
+  // Batches of this turn, by identity: the encoded request (reads) or the
+  // key (ADD).
   std::map<std::string, Op> reads_;
   std::unordered_map<std::string, AddGroup> adds_;
   std::vector<std::string> dirty_adds_;  // groups with a `next` batch
   std::unordered_map<std::uint64_t, Op> in_flight_;
   std::uint64_t next_op_ = 1;
-  Shared shared_[2];  // by dialect
+  Shared shared_;
   std::string scratch_;
 };
 

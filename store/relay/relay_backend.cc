@@ -71,18 +71,13 @@ Status RelayBackend::downError() const {
 Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
                                               const protocol::Request& req,
                                               Effects& fx) {
+  if (req.command == Command::kValidate) return Outcome::kDone;
   auto it = clients_.find(conn);
   if (it == clients_.end()) {
     it =
         clients_.emplace(conn, std::make_unique<Client>(options_.limits)).first;
   }
   Client& c = *it->second;
-  if (!c.seen) {
-    c.seen = true;
-    c.dialect =
-        req.command == Command::kValidate ? Dialect::kV2 : Dialect::kV113;
-  }
-  if (req.command == Command::kValidate) return Outcome::kDone;
   if (c.doomed) {
     return Status::closed("the upstream closed this client's channel");
   }
@@ -90,22 +85,33 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     bumpRelay(counters_.refused);
     return downError();
   }
-  const bool idle = c.channel == 0 || c.tracker.idle();
+  const bool idle =
+      c.channel == 0 || (c.tracker.idle() && c.dialect == Dialect::kV2);
   if (req.command == Command::kPing && idle) {
     protocol::appendU32(fx.begin(conn), req.u32);
     fx.end();
     return Outcome::kDone;
   }
-  if (options_.combine && idle && combiner_->offer(conn, c.dialect, req)) {
-    ensureChannel(conn, c);  // a lone request goes out on it
+  if (options_.combine && idle && combiner_->offer(conn, req)) {
+    ensureChannel(conn, c, Dialect::kV2);  // a lone request goes out on it
     return Outcome::kPending;
   }
-  tunnel(conn, req);
+  if (Status st = tunnel(conn, req); !st.isOk()) return st;
   return Outcome::kDone;
 }
 
-RelayBackend::Client& RelayBackend::ensureChannel(ConnId conn, Client& c) {
-  if (c.channel == 0) c.channel = openChannel(c.dialect, conn);
+// Which dialect a channel speaks: the keyspace's semantics and reply bytes
+// do not depend on the dialect, only which commands exist does. Channels
+// speak 2.x (every command but WATCH_KEY), a client's first WATCH_KEY
+// (1.13 only) moves it to a 1.13 channel. The client's own dialect is not
+// known here in general (a relay behind a relay sees channels, not
+// VALIDATEs), and is not needed.
+RelayBackend::Client& RelayBackend::ensureChannel(ConnId conn, Client& c,
+                                                  Dialect want) {
+  if (c.channel == 0) {
+    c.channel = openChannel(want, conn);
+    c.dialect = want;
+  }
   return c;
 }
 
@@ -122,25 +128,41 @@ std::uint32_t RelayBackend::openChannel(Dialect dialect, ConnId owner) {
   return id;
 }
 
-void RelayBackend::writeRequest(std::uint32_t channel, Dialect dialect,
-                                const protocol::Request& req) {
+Status RelayBackend::tunnel(ConnId conn, const protocol::Request& req) {
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) return Status::ok();
+  Client& c = *it->second;
+  const Dialect want = protocol::commandCode(Dialect::kV2, req.command)
+                           ? Dialect::kV2
+                           : Dialect::kV113;
+  if (c.channel != 0 && c.dialect != want &&
+      !protocol::commandCode(c.dialect, req.command)) {
+    // Move to a channel of the other dialect. Safe only while the channel
+    // holds nothing upstream: no reply owed (so no wait registered) and its
+    // writes applied; otherwise the command cannot be relayed.
+    if (!c.tracker.idle()) {
+      return Status::notSupported(
+          std::string(protocol::commandName(req.command)) +
+          " through a relay on a connection with requests in flight");
+    }
+    if (routes_.erase(c.channel) > 0) {
+      mux::appendFrame(link_.out(), mux::FrameType::kClose, c.channel, {});
+    }
+    c.channel = 0;
+  }
+  ensureChannel(conn, c, want);
   std::string& out = link_.out();
   const std::size_t at = out.size();
-  mux::appendFrameHeader(out, mux::FrameType::kRequest, channel, 0);
-  if (!protocol::encodeRequest(dialect, req, out)) {
-    out.resize(at);  // cannot happen: it was decoded in this dialect
-    return;
+  mux::appendFrameHeader(out, mux::FrameType::kRequest, c.channel, 0);
+  if (!protocol::encodeRequest(c.dialect, req, out)) {
+    out.resize(at);
+    return Status::notSupported(
+        std::string(protocol::commandName(req.command)) + " is not relayed");
   }
   mux::patchFrameLength(out, at);
-}
-
-void RelayBackend::tunnel(ConnId conn, const protocol::Request& req) {
-  auto it = clients_.find(conn);
-  if (it == clients_.end()) return;
-  Client& c = ensureChannel(conn, *it->second);
-  writeRequest(c.channel, c.dialect, req);
   c.tracker.expect(req.command, req.keys.size(), 0);
   bumpRelay(counters_.tunneled);
+  return Status::ok();
 }
 
 void RelayBackend::writeEncoded(std::uint32_t channel,
@@ -152,7 +174,7 @@ void RelayBackend::tunnelEncoded(ConnId conn, Command cmd, std::uint64_t count,
                                  std::string_view request) {
   auto it = clients_.find(conn);
   if (it == clients_.end()) return;
-  Client& c = ensureChannel(conn, *it->second);
+  Client& c = ensureChannel(conn, *it->second, Dialect::kV2);
   writeEncoded(c.channel, request);
   c.tracker.expect(cmd, count, 0);
   bumpRelay(counters_.tunneled);
@@ -187,6 +209,18 @@ void RelayBackend::onCloseTimer(uv_timer_t* timer) noexcept {
   for (auto& [conn, why] : victims) {
     b->host_->close(conn,
                     Status::closed("upstream closed the channel: " + why));
+  }
+  b->flushSoon();
+}
+
+// A close from a timer callback queues output (a CLOSED frame when the
+// client is itself a channel of a relay in front of this one) that the
+// server writes only once a loop turn passes its flush: an empty deliver()
+// asks for that turn, so the loop does not sit in poll until other I/O.
+void RelayBackend::flushSoon() noexcept {
+  try {
+    host_->deliver(Effects());
+  } catch (...) {
   }
 }
 
@@ -253,6 +287,7 @@ void RelayBackend::onLinkDown(const Status& why) {
   const Status st = Status::closed("lost the upstream " + link_.name() + ": " +
                                    why.message());
   for (ConnId conn : victims) host_->close(conn, st);
+  flushSoon();
 }
 
 void RelayBackend::onLinkUp() {}

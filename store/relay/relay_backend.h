@@ -1,7 +1,7 @@
 // RelayBackend: the Backend of a relay (tcpstore-server --upstream H:P).
 // Every local client connection that sends a request gets a channel on the
-// one upstream connection (UpstreamLink), opened lazily with the client's
-// dialect (2.x if its first request was VALIDATE, else 1.13). Requests are
+// one upstream connection (UpstreamLink), opened lazily (2.x; see
+// ensureChannel() for 1.13's WATCH_KEY). Requests are
 // re-encoded into REQUEST frames and answer kDone at once; their replies come
 // back as DATA and are delivered to the client verbatim, in order, so every
 // command keeps exactly the upstream's semantics (WAIT, CANCEL_WAIT, 1.13
@@ -65,14 +65,12 @@ class RelayBackend final : public Backend, private LinkHandler {
   // ---- for the Combiner (loop thread) -------------------------------------
   // A new channel of `dialect` on the current link (OPEN written).
   std::uint32_t openChannel(protocol::Dialect dialect, ConnId owner);
-  // Writes REQUEST(channel, req) in `dialect`.
-  void writeRequest(std::uint32_t channel, protocol::Dialect dialect,
-                    const protocol::Request& req);
   // Writes REQUEST(channel, request bytes already encoded).
   void writeEncoded(std::uint32_t channel, std::string_view request);
-  // Sends `req` on the client's own channel (opened if needed).
-  void tunnel(ConnId conn, const protocol::Request& req);
-  // The same for a request already encoded in the client's dialect.
+  // Sends `req` on the client's own channel (opened if needed). An error if
+  // the command cannot be relayed on it (see ensureChannel()).
+  Status tunnel(ConnId conn, const protocol::Request& req);
+  // The same for a request already encoded in 2.x (an idle 2.x client).
   void tunnelEncoded(ConnId conn, protocol::Command cmd, std::uint64_t count,
                      std::string_view request);
   RelayCounters& countersMut() noexcept { return counters_; }
@@ -85,8 +83,7 @@ class RelayBackend final : public Backend, private LinkHandler {
  private:
   struct Client {
     explicit Client(const protocol::Limits& l) : tracker(l) {}
-    protocol::Dialect dialect = protocol::Dialect::kV113;
-    bool seen = false;
+    protocol::Dialect dialect = protocol::Dialect::kV2;  // of `channel`
     bool doomed = false;  // the upstream closed its channel: closing
     std::uint32_t channel = 0;
     ReplyTracker tracker;
@@ -101,8 +98,9 @@ class RelayBackend final : public Backend, private LinkHandler {
   static void onCheck(uv_check_t* check) noexcept;
   static void onCloseTimer(uv_timer_t* timer) noexcept;
   static void onHandleClosed(uv_handle_t* h) noexcept;
-  Client& ensureChannel(ConnId conn, Client& c);
+  Client& ensureChannel(ConnId conn, Client& c, protocol::Dialect want);
   Status downError() const;
+  void flushSoon() noexcept;
 
   RelayOptions options_;
   RelayCounters counters_;

@@ -97,6 +97,18 @@ class ScopedServer {
   tcpstore::Server* operator->() const { return server_.get(); }
   tcpstore::Server& operator*() const { return *server_; }
   const std::shared_ptr<tcpstore::Server>& shared() const { return server_; }
+  // The front server's counters, with the rejections made by the server
+  // holding the state added (through relays a request that breaks a rule
+  // upstream is rejected, and counted, there; the relay closes its client).
+  tcpstore::ServerCounters rejectionCounters() const {
+    tcpstore::ServerCounters c = server_->counters();
+    if (behind_.empty()) return c;
+    const tcpstore::ServerCounters o = behind_.front()->counters();
+    c.rejected_protocol += o.rejected_protocol;
+    c.rejected_limit += o.rejected_limit;
+    c.rejected_semantic += o.rejected_semantic;
+    return c;
+  }
   // Relay topology: the server holding the state (the front one otherwise).
   tcpstore::Server& origin() const {
     return behind_.empty() ? *server_ : *behind_.front();
