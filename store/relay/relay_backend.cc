@@ -97,6 +97,12 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     return Outcome::kPending;
   }
   if (Status st = tunnel(conn, req); !st.isOk()) return st;
+  if (link_.backlog() > kMaxBacklogBytes) {
+    // The upstream takes less than the clients send: this client's next
+    // request waits until the backlog has drained to half (onCheck).
+    stalled_.push_back(conn);
+    return Outcome::kPending;
+  }
   return Outcome::kDone;
 }
 
@@ -121,10 +127,6 @@ std::uint32_t RelayBackend::openChannel(Dialect dialect, ConnId owner) {
   mux::appendFrame(link_.out(), mux::FrameType::kOpen, id,
                    std::string_view(&d, 1));
   routes_[id] = owner;
-  if (next_channel_ == UINT32_MAX) {
-    // Ids are never reused on one connection: start a new one.
-    link_.drop(Status::ioError("channel ids exhausted; reconnecting"));
-  }
   return id;
 }
 
@@ -194,12 +196,25 @@ void RelayBackend::disconnect(ConnId conn) {
 
 void RelayBackend::onCheck(uv_check_t* check) noexcept {
   auto* b = static_cast<RelayBackend*>(check->data);
+  if (b->next_channel_ > UINT32_MAX - (1u << 24)) {
+    // Ids are never reused on one connection: start a new one (its clients
+    // are closed like on any loss) well before they run out.
+    b->link_.drop(
+        Status::ioError("channel ids nearly exhausted; reconnecting"));
+    return;
+  }
   try {
     b->combiner_->flush();
   } catch (...) {
     b->link_.drop(Status::ioError("out of memory while combining"));
   }
   b->link_.flush();
+  if (!b->stalled_.empty() && b->link_.backlog() <= kMaxBacklogBytes / 2) {
+    std::vector<ConnId> resume = std::move(b->stalled_);
+    b->stalled_.clear();
+    for (ConnId conn : resume)
+      b->host_->complete(conn, Status::ok(), Effects());
+  }
 }
 
 void RelayBackend::onCloseTimer(uv_timer_t* timer) noexcept {
@@ -284,6 +299,7 @@ void RelayBackend::onLinkDown(const Status& why) {
     c->channel = 0;
   }
   to_close_.clear();
+  stalled_.clear();  // they have channels: closed below
   const Status st = Status::closed("lost the upstream " + link_.name() + ": " +
                                    why.message());
   for (ConnId conn : victims) host_->close(conn, st);

@@ -117,11 +117,18 @@ class RelayBackend final : public Backend, private LinkHandler {
   // Clients whose channel the upstream closed, closed on the next loop turn
   // (after their last DATA has been flushed).
   std::vector<std::pair<ConnId, std::string>> to_close_;
+  // Clients left pending because the upstream write backlog was over
+  // kMaxBacklogBytes; completed once it has drained to half.
+  std::vector<ConnId> stalled_;
   std::unique_ptr<Combiner> combiner_;
   bool closed_ = false;
 
  public:
   static constexpr ConnId kShared = ~ConnId{0};
+  // Bytes queued for the upstream past which a client that sends another
+  // request is held (kPending) until they drain: bounds the relay's memory
+  // when clients send faster than the upstream takes.
+  static constexpr std::size_t kMaxBacklogBytes = 64u << 20;
 };
 
 }  // namespace tcpstore::store::relay
