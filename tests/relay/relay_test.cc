@@ -221,6 +221,58 @@ TEST_CASE(
         static_cast<std::uint64_t>(kClients * kAdds) + 1);
 }
 
+TEST_CASE("relay: ADDs combined at two stacked relays stay exact") {
+  // Two front relays on one middle relay on the upstream: combined ADDs of
+  // the fronts may be combined again in the middle.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  ScopedServer front_a = ScopedServer::start(r);
+  ScopedServer front_b = ScopedServer::start(r);
+  constexpr int kClients = 8;
+  constexpr int kAdds = 150;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(connectTo((i % 2 == 0 ? front_a : front_b)->port()));
+  std::vector<std::vector<std::int64_t>> got(kClients);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < kAdds; ++j) {
+        auto v = clients[i].add("stacked", 1);
+        if (!v) {
+          failed = true;
+          return;
+        }
+        got[i].push_back(*v);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE_FALSE(failed.load());
+  std::set<std::int64_t> all;
+  for (const auto& g : got) {
+    CHECK(std::is_sorted(g.begin(), g.end()));
+    all.insert(g.begin(), g.end());
+  }
+  CHECK(all.size() == static_cast<std::size_t>(kClients * kAdds));
+  CHECK(*all.begin() == 1);
+  CHECK(*all.rbegin() == kClients * kAdds);
+  const auto a = front_a->counters();
+  const auto b = front_b->counters();
+  const auto m = p.relay->counters();
+  MESSAGE("fronts combined " << a.relay_combined + b.relay_combined
+                             << ", middle combined " << m.relay_combined);
+  CHECK(a.relay_combined + b.relay_combined > 0);
+  // The fronts stop before the pair behind them.
+  CHECK(front_a->stop().isOk());
+  CHECK(front_b->stop().isOk());
+}
+
 TEST_CASE(
     "relay: identical concurrent GETs are answered right, shared or not") {
   Pair p = startPair();

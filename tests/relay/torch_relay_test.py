@@ -81,15 +81,18 @@ def main():
         left = [k for k in c.list_keys() if k.startswith("job-ok/")]
         check(left == [], f"the job released its keys upstream (left: {left[:5]})")
 
-        t0 = time.monotonic()
+        # The ranks time their own join (torch's start-up in a chroot can take tens of
+        # seconds on a loaded machine, so the wall clock of the whole job says little).
         res = job(v, f"tcpstore://127.0.0.1:{front.port}/job-missing?join_timeout=3",
-                  range(3), 4, 60)
+                  range(3), 4, 150)
         for r, (rc, text) in sorted(res.items()):
             m = re.search(r"ERROR JoinError after ([\d.]+) s: (.*)", text)
-            check(rc == 3 and m and "missing rank(s): 3" in m.group(2) and
-                  float(m.group(1)) < 3 + 2.5,
-                  f"{v} rank {r} of a job missing rank 3: {m.group(0) if m else text[-300:]}")
-        check(time.monotonic() - t0 < 40, "the failed job ended promptly")
+            ok = (rc == 3 and m and "missing rank(s): 3" in m.group(2) and
+                  float(m.group(1)) < 3 + 2.5)
+            check(ok, f"{v} rank {r} of a job missing rank 3 (rc {rc}): "
+                      f"{m.group(0) if m else text[-300:]}")
+            if not ok:
+                print(text)
         check(c.get("job-missing/tcpstore/world_size") == b"4",
               "the relays wrote through to the upstream")
         c.close()
