@@ -42,13 +42,24 @@ bool Combiner::offer(ConnId conn, const protocol::Request& req) {
   }
 }
 
-Combiner::Shared& Combiner::shared() {
-  if (shared_.channel == 0) {
-    shared_.channel = relay_.openChannel(Dialect::kV2, RelayBackend::kShared);
-    shared_.tracker = std::make_unique<ReplyTracker>(relay_.options().limits);
-    shared_.ops.clear();
+Combiner::Shared& Combiner::pick() {
+  Shared* best = nullptr;
+  for (Shared& sh : shared_) {
+    if (sh.ops.empty()) return sh;
+    if (best == nullptr || sh.ops.size() < best->ops.size()) best = &sh;
   }
-  return shared_;
+  if (best != nullptr && shared_.size() >= kMaxShared) return *best;
+  Shared& sh = shared_.emplace_back();
+  sh.channel = relay_.openChannel(Dialect::kV2, RelayBackend::kShared);
+  sh.tracker = std::make_unique<ReplyTracker>(relay_.options().limits);
+  return sh;
+}
+
+Combiner::Shared* Combiner::find(std::uint32_t channel) {
+  for (Shared& sh : shared_) {
+    if (sh.channel == channel) return &sh;
+  }
+  return nullptr;
 }
 
 void Combiner::sendAlone(ConnId conn, const Op& op, std::int64_t delta) {
@@ -129,24 +140,24 @@ void Combiner::flush() {
 
 void Combiner::send(std::uint64_t id) {
   Op& op = in_flight_.at(id);
-  Shared& s = shared();
+  Shared& s = pick();
   relay_.writeEncoded(s.channel, op.request);
   s.tracker->expect(op.command, op.count, id);
   s.ops.push_back(id);
 }
 
 void Combiner::onData(std::uint32_t channel, std::string_view payload) {
-  if (channel != shared_.channel || !shared_.tracker) return;
+  Shared* s = find(channel);
+  if (s == nullptr) return;
   std::vector<std::pair<std::uint64_t, std::string>> done;
-  const bool ok =
-      shared_.tracker->feed(payload, [&](const ReplyTracker::Done& d) {
-        done.emplace_back(d.tag, std::string(d.bytes));
-      });
-  for (auto& [id, bytes] : done) {
-    if (!shared_.ops.empty() && shared_.ops.front() == id)
-      shared_.ops.pop_front();
-    finish(id, bytes);
+  const bool ok = s->tracker->feed(payload, [&](const ReplyTracker::Done& d) {
+    done.emplace_back(d.tag, std::string(d.bytes));
+  });
+  for (const auto& [id, bytes] : done) {
+    if (!s->ops.empty() && s->ops.front() == id) s->ops.pop_front();
   }
+  // `s` may move from here on (finish() can re-enter offer() and send()).
+  for (const auto& [id, bytes] : done) finish(id, bytes);
   if (!ok) {
     relay_.dropLink(Status::protocolError(
         "a shared reply from the upstream could not be decoded"));
@@ -199,26 +210,25 @@ void Combiner::fail(const Op& op, const Status& st) {
 }
 
 void Combiner::onClosed(std::uint32_t channel, std::string_view reason) {
-  if (channel != shared_.channel) return;
-  std::deque<std::uint64_t> ops = std::move(shared_.ops);
-  shared_.channel = 0;
-  shared_.tracker.reset();
-  shared_.ops.clear();
+  Shared* s = find(channel);
+  if (s == nullptr) return;
+  std::deque<std::uint64_t> ops = std::move(s->ops);
+  shared_.erase(shared_.begin() + (s - shared_.data()));
   if (ops.empty()) return;
   // The upstream stopped at the first unanswered request: it broke a rule
   // (an ADD on a non-numeric value, a GET of a missing key). Its callers get
   // the reason; the requests behind it were not applied: send them again.
   const std::uint64_t bad = ops.front();
   ops.pop_front();
+  for (std::uint64_t id : ops) {
+    if (in_flight_.count(id) > 0) send(id);
+  }
   auto it = in_flight_.find(bad);
   if (it != in_flight_.end()) {
     Op op = std::move(it->second);
     in_flight_.erase(it);
     if (op.command == Command::kAdd) addDone(op.key);
     fail(op, Status::closed(std::string(reason)));
-  }
-  for (std::uint64_t id : ops) {
-    if (in_flight_.count(id) > 0) send(id);
   }
 }
 
@@ -236,9 +246,7 @@ void Combiner::onLinkDown(const Status& why) {
   }
   adds_.clear();
   dirty_adds_.clear();
-  shared_.channel = 0;
-  shared_.tracker.reset();
-  shared_.ops.clear();
+  shared_.clear();
   for (const Op& op : victims) fail(op, st);
 }
 

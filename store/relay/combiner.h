@@ -84,7 +84,10 @@ class Combiner {
   void send(std::uint64_t id);
   void finish(std::uint64_t id, std::string_view reply);
   void fail(const Op& op, const Status& st);
-  Shared& shared();
+  // A channel of the pool for the next op: one with nothing in flight, a
+  // new one while the pool is under kMaxShared, else the least busy.
+  Shared& pick();
+  Shared* find(std::uint32_t channel);
   void sendAlone(ConnId conn, const Op& op, std::int64_t delta);
   // The combined ADD of `key` is answered (or failed): its next batch may go.
   void addDone(const std::string& key);
@@ -97,7 +100,11 @@ class Combiner {
   std::vector<std::string> dirty_adds_;  // groups with a `next` batch
   std::unordered_map<std::uint64_t, Op> in_flight_;
   std::uint64_t next_op_ = 1;
-  Shared shared_;
+  // The relay's own channels. Several, so that a relay behind this one
+  // (which may leave one of these channels' requests pending while it
+  // combines them) never holds one op behind another.
+  static constexpr std::size_t kMaxShared = 64;
+  std::vector<Shared> shared_;
   std::string scratch_;
 };
 

@@ -18,6 +18,7 @@
 #include "protocol/wire.h"
 #include "tcpstore/client.h"
 #include "tcpstore/server.h"
+#include "tests/server/raw_client.h"
 #include "tests/support/child.h"
 #include "tests/support/deadline.h"
 #include "tests/support/scoped_server.h"
@@ -301,6 +302,48 @@ TEST_CASE(
   const auto c = p.relay->counters();
   MESSAGE("coalesced " << c.relay_coalesced << " reads into "
                        << c.relay_upstream_reads << " upstream reads");
+}
+
+TEST_CASE(
+    "relay: GETs of a missing key sent together fail alone, GETs beside them "
+    "are answered") {
+  // Four connections send their GET at once, so the relay usually batches
+  // them in one loop turn (two GETs of a missing key, two of a present one,
+  // each pair possibly shared upstream). Whatever the batching, the missing
+  // key's callers are closed with nothing sent and the others get the value.
+  namespace v2 = tcpstore::test::v2;
+  using tcpstore::test::byte;
+  using tcpstore::test::RawConn;
+  using tcpstore::test::str;
+  Pair p = startPair();
+  Client setter = connectTo(p.upstream->port());
+  REQUIRE(setter.set("present", "value"));  // the wire key is "/present"
+  const auto before = p.relay->counters();
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    std::vector<RawConn> conns;
+    for (int i = 0; i < 4; ++i) {
+      conns.push_back(RawConn::connect(p.relay->port()));
+      REQUIRE(conns.back().handshake());
+    }
+    std::vector<std::string> reqs = {
+        byte(v2::kGet) + str("/missing"), byte(v2::kGet) + str("/missing"),
+        byte(v2::kGet) + str("/present"), byte(v2::kGet) + str("/present")};
+    for (int i = 0; i < 4; ++i) REQUIRE(conns[i].send(reqs[i]));
+    for (int i = 2; i < 4; ++i) CHECK(conns[i].recv(8 + 5) == str("value"));
+    for (int i = 0; i < 2; ++i) {
+      std::string got;
+      CHECK(conns[i].waitClosed(&got));
+      CHECK(got.empty());
+    }
+  }
+  const auto after = p.relay->counters();
+  MESSAGE("coalesced " << after.relay_coalesced - before.relay_coalesced
+                       << " GETs into "
+                       << after.relay_upstream_reads -
+                              before.relay_upstream_reads
+                       << " upstream GETs over 20 rounds");
+  CHECK(setter.get("present").value() == "value");
 }
 
 TEST_CASE(
