@@ -3,7 +3,9 @@
 // decides. No sockets, no loop.
 //
 // One budget (`max_bytes`, --max-memory-bytes) covers:
-//  - input: the buffers of connections holding part of a large request;
+//  - input: the buffers of connections holding part of a large request,
+//    and mux channels (mux_session.h: kChannelBytes each, plus the requests
+//    queued behind a pending one);
 //  - output: unsent bytes of every connection (replies and pushes);
 //  - backend: stored keys, values, queues, wait/watch registrations.
 //
@@ -36,7 +38,7 @@ namespace tcpstore::server {
 inline constexpr std::size_t kLargeRequestBytes = 64 * 1024;
 
 struct MemoryUse {
-  std::uint64_t input = 0;    // connections' own input buffers
+  std::uint64_t input = 0;    // input buffers, mux channels and their queues
   std::uint64_t output = 0;   // unsent bytes, all connections
   std::uint64_t backend = 0;  // Backend::memoryBytes()
   std::uint64_t total() const noexcept { return input + output + backend; }

@@ -181,6 +181,7 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
         return 0;
       case MuxPreamble::kNo:
         mux_decided_ = true;
+        need_ = 1;
         break;
       case MuxPreamble::kYes:
         mux_decided_ = true;
@@ -223,11 +224,13 @@ void Connection::resume() {
   // Paused or pending, the server was not waiting for the peer's bytes: the
   // partial-request clock starts again.
   last_read_ms_ = set_.now();
-  // Stopping: requests not yet decoded are not started.
+  // A mux connection's channels whose queued requests waited for its output
+  // to drain go first: their requests came before the frames in in_.
   if (mux_ && !paused_ && !set_.stopping_ && !failed_) {
-    mux_->resumeChannels();  // their queued requests came before in_'s
+    mux_->resumeChannels();
     if (closing_) return;
   }
+  // Stopping: requests not yet decoded are not started.
   if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
     drainBuffered();
     if (closing_) return;

@@ -191,6 +191,9 @@ void Dispatcher::close(ConnId conn, const Status& why) {
   Endpoint* c = conns_.findEndpoint(conn);
   if (c == nullptr) return;
   c->drop(why.message());
+  // A channel's CLOSED is output: written on this loop turn even when the
+  // backend closes from a timer (the poll phase must not block first).
+  conns_.flushSoon();
 }
 
 // ---- join progress ---------------------------------------------------------

@@ -30,6 +30,8 @@ std::uint64_t payloadLimit(std::uint64_t max_request_bytes) noexcept {
 }  // namespace
 
 MuxPreamble detectMuxPreamble(std::string_view first) noexcept {
+  // A lone 0xff is garbage that torch's servers close at once: so do we.
+  if (first.size() == 1) return MuxPreamble::kNo;
   const std::size_t n = std::min(first.size(), mux::kMuxPreamble.size());
   if (first.substr(0, n) != mux::kMuxPreamble.substr(0, n))
     return MuxPreamble::kNo;
@@ -144,6 +146,9 @@ void Channel::resume() {
       session_.blocked_.push_back(number_);
       return;
     }
+    // The view stays valid through the dispatch: frames are decoded only on
+    // the connection's read path, never from inside a dispatch, so nothing
+    // is appended to this queue meanwhile (and a close keeps it alive).
     Queue& q = *queue_;
     const std::uint32_t n = q.lengths[q.next];
     std::string_view payload(q.bytes.data() + q.next_byte, n);

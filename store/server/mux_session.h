@@ -52,7 +52,9 @@ inline constexpr std::size_t kMaxDataFrameBytes = std::size_t{16} << 20;
 
 enum class MuxPreamble { kNo, kYes, kNeedMore };
 // Whether a connection's first bytes are the mux preamble: kNeedMore while
-// they are a proper prefix of it.
+// they are a proper prefix of it of at least 2 bytes. A lone first byte is
+// kNo: 0xff alone is an unknown 1.13 command that every server closes at
+// once (a relay writes its 8 bytes at once: TCP never splits them there).
 MuxPreamble detectMuxPreamble(std::string_view first_bytes) noexcept;
 
 class Channel final : public Endpoint {

@@ -4,9 +4,10 @@
 Starts build/bin/tcpstore-server on 127.0.0.1 port 0, then for DURATION
 seconds runs hostile connections (random bytes, valid prefixes cut at random
 points, random valid requests in both dialects including waits, watches,
-cancels and abrupt resets) while two well-behaved clients (one 1.13, one 2.x)
-keep writing and verifying their own keys with a per-reply deadline. Fails if
-a good client ever sees a wrong reply or waits longer than STALL_S for one,
+cancels and abrupt resets, relay-extension frames after the mux preamble)
+while well-behaved clients (1.13 and 2.x, on plain connections and on
+channels of mux connections) keep writing and verifying their own keys with a per-reply deadline. Fails if a good client
+ever sees a wrong reply or waits longer than STALL_S for one,
 if the server dies, or if SIGTERM does not give exit code 0.
 
 usage: garbage_blast.py SERVER_BINARY [DURATION_S] [SEED]
@@ -25,6 +26,7 @@ import time
 STALL_S = 5.0
 MAX_OPEN = 200
 MAGIC = b"\x00\xce\xf7\x85\x3c"
+MUX_PREAMBLE = b"\xffTSMUX\x00\x01"  # the relay extension (protocol/mux.h)
 
 
 def u64(n):
@@ -45,17 +47,51 @@ def recv_exact(sock, n):
     return out
 
 
+class MuxChannel:
+    """One channel of its own mux connection, used like a socket: each
+    sendall() is one request (one REQUEST frame); recv() returns DATA."""
+
+    CHANNEL = 7
+
+    def __init__(self, port, dialect):
+        self.sock = socket.create_connection(("127.0.0.1", port),
+                                             timeout=STALL_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(MUX_PREAMBLE)
+        assert recv_exact(self.sock, 8) == MUX_PREAMBLE
+        self.sock.sendall(mux_frame(1, self.CHANNEL, bytes([dialect - 1])))
+        self.buf = b""
+
+    def sendall(self, request):
+        self.sock.sendall(mux_frame(2, self.CHANNEL, request))
+
+    def recv(self, n):
+        while not self.buf:
+            kind, ch, length = struct.unpack("<BII", recv_exact(self.sock, 9))
+            payload = recv_exact(self.sock, length) if length else b""
+            if kind == 5:
+                raise EOFError("server closed a good channel: %r" % payload)
+            assert (kind, ch) == (4, self.CHANNEL), (kind, ch)
+            self.buf = payload
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+
 class Good:
     """A well-behaved client of one dialect verifying its own keys."""
 
-    def __init__(self, port, dialect, tag):
+    def __init__(self, port, dialect, tag, mux=False):
         self.dialect = dialect
         self.tag = tag
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=STALL_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.ops = 0
         self.max_latency = 0.0
-        if dialect == 2:
+        if mux:  # a channel of a relay's connection (server-side mux path)
+            self.sock = MuxChannel(port, dialect)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port),
+                                                 timeout=STALL_S)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if dialect == 2 and not mux:
             self.sock.sendall(MAGIC + b"\x0d" + struct.pack("<I", 4242))
             assert recv_exact(self.sock, 4) == struct.pack("<I", 4242)
         c = {1: dict(set=0, get=2, add=3, wait=5, num=6, dele=8),
@@ -73,7 +109,8 @@ class Good:
         val = os.urandom(random.randint(0, 300))
         c = self.c
         self.sock.sendall(c["set"] + s(key) + s(val))
-        self.sock.sendall(c["wait"] + u64(1) + s(key) + c["get"] + s(key))
+        self.sock.sendall(c["wait"] + u64(1) + s(key))
+        self.sock.sendall(c["get"] + s(key))
         got = self.timed(lambda: (recv_exact(self.sock, 1),
                                   recv_exact(self.sock, struct.unpack(
                                       "<Q", recv_exact(self.sock, 8))[0])))
@@ -84,6 +121,31 @@ class Good:
         n = struct.unpack("<q", self.timed(lambda: recv_exact(self.sock, 8)))[0]
         assert n == self.ops + 1, (n, self.ops)
         self.ops += 1
+
+
+def mux_frame(kind, channel, payload):
+    return struct.pack("<BII", kind, channel, len(payload)) + payload
+
+
+def random_mux_frames(rng):
+    """A relay's frames: mostly valid OPEN/REQUEST/CLOSE, some garbage."""
+    out, opened, nxt = [], [], 1
+    for _ in range(rng.randint(1, 40)):
+        r = rng.random()
+        if r < 0.3 or not opened:
+            d = rng.choice([1, 2])
+            out.append(mux_frame(1, nxt, bytes([d - 1])))
+            opened.append((nxt, d))
+            nxt += rng.randint(1, 3)
+        elif r < 0.8:
+            ch, d = rng.choice(opened)
+            out.append(mux_frame(2, ch, random_request(rng, d)))
+        elif r < 0.9:
+            out.append(mux_frame(3, rng.choice(opened)[0], b""))
+        else:  # out of rule: any type, any channel, any length
+            out.append(bytes([rng.randrange(256)]) + rng.randbytes(
+                rng.randint(0, 16)))
+    return b"".join(out)
 
 
 def random_request(rng, dialect):
@@ -144,7 +206,7 @@ def hostile(port, rng, stop, stats, lock):
             stats["connect_fail"] += 1
             time.sleep(0.01)
             continue
-        mode = rng.randrange(7)
+        mode = rng.randrange(8)
         try:
             if mode == 0:  # pure random bytes
                 sk.sendall(rng.randbytes(rng.randint(1, 2000)))
@@ -184,6 +246,16 @@ def hostile(port, rng, stop, stats, lock):
                 sk.sendall((MAGIC if d == 2 else b"") + w + u64(1) + s(k))
                 if d == 1 and rng.random() < 0.5:
                     sk.sendall(b"\x07" + s(b"g/w"))  # watch too
+            elif mode == 7:  # relay extension: frames, maybe cut short
+                data = MUX_PREAMBLE + random_mux_frames(rng)
+                if rng.random() < 0.3:
+                    data = data[:rng.randint(0, len(data))]
+                sk.sendall(data)
+                if rng.random() < 0.5:
+                    try:
+                        sk.recv(65536)
+                    except OSError:
+                        pass
             else:  # half close after requests
                 d = rng.choice([1, 2])
                 sk.sendall((MAGIC if d == 2 else b"") +
@@ -229,7 +301,9 @@ def main():
                                 args=(port, random.Random(seed * 100 + i),
                                       stop, stats, lock))
                for i in range(4)]
-    goods = [Good(port, 1, b"v1"), Good(port, 2, b"v2")]
+    goods = [Good(port, 1, b"v1"), Good(port, 2, b"v2"),
+             Good(port, 1, b"mux-v1", mux=True),
+             Good(port, 2, b"mux-v2", mux=True)]
 
     def run_good(g):
         i = 0

@@ -52,8 +52,9 @@ std::string encode(Dialect d, const Request& r) {
 // A relay's side of one mux connection, byte by byte.
 class MuxClient {
  public:
-  explicit MuxClient(std::uint16_t port) {
-    c_ = RawConn::connect(port);
+  // recv_buffer > 0: the socket's receive buffer (RawConn::connect).
+  explicit MuxClient(std::uint16_t port, int recv_buffer = 0) {
+    c_ = RawConn::connect(port, "127.0.0.1", recv_buffer);
     REQUIRE(c_.ok());
     REQUIRE(c_.send(mux::kMuxPreamble));
     REQUIRE(c_.recv(8) == std::string(mux::kMuxPreamble));
@@ -111,6 +112,9 @@ class MuxClient {
     return it->second;
   }
   bool sawClosed(std::uint32_t ch) const { return closed_.count(ch) != 0; }
+  std::size_t closedCount() const { return closed_.size(); }
+  // DATA frames received for `ch` so far.
+  int frames(std::uint32_t ch) { return frames_[ch]; }
   // Unread DATA bytes of `ch`.
   std::size_t buffered(std::uint32_t ch) { return data_[ch].size(); }
   // A round trip on `ch`: everything the server sent `ch` before reading
@@ -155,6 +159,7 @@ class MuxClient {
     if (payload.size() < len) return false;
     if (type == FT::kData) {
       data_[ch] += payload;
+      ++frames_[ch];
     } else if (type == FT::kClosed) {
       closed_[ch] = payload;
     } else {
@@ -167,6 +172,7 @@ class MuxClient {
   std::map<std::uint32_t, Dialect> dialect_;
   std::map<std::uint32_t, std::string> data_;
   std::map<std::uint32_t, std::string> closed_;
+  std::map<std::uint32_t, int> frames_;
 };
 
 // The reply bytes of `script` on a plain connection of a fresh server.
@@ -192,7 +198,7 @@ std::string plainReplies(Dialect d, const std::vector<Request>& script,
 
 }  // namespace
 
-TEST_CASE("mux: the preamble is echoed and counted; counters start at 0") {
+TEST_CASE("mux: the preamble is echoed and counted") {
   auto s = ScopedServer::local();
   MuxClient m(s->port());
   CHECK(m.open(1, Dialect::kV2));
@@ -528,6 +534,40 @@ TEST_CASE("mux: channels past the limit are refused with CLOSED") {
   CHECK(c.mux_channels_open == 3);
 }
 
+TEST_CASE("mux: open channels count against the memory budget") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = 256 * 1024;
+  auto s = ScopedServer::local(o);
+  MuxClient m(s->port());
+  constexpr std::uint32_t kChannels = 2000;  // 192 bytes each: not all fit
+  std::string batch;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    m.setDialect(ch, Dialect::kV2);
+    batch += openFrame(ch, Dialect::kV2);
+  }
+  REQUIRE(m.send(batch));
+  REQUIRE(m.fence(1));  // after every OPEN was handled
+  auto c = s->counters();
+  const std::uint64_t refused = c.mux_channels_refused;
+  MESSAGE((kChannels - refused) << " of " << kChannels << " channels fit");
+  CHECK(refused > 0);
+  CHECK(refused < kChannels);
+  CHECK(c.budget_refused == refused);
+  CHECK(c.mux_channels_open == kChannels - refused);
+  CHECK(m.closedCount() == refused);
+  const auto why = m.closed(kChannels);
+  REQUIRE(why.has_value());
+  CHECK(why->find("memory budget") != std::string::npos);
+  // Closing channels gives their share back.
+  batch.clear();
+  for (std::uint32_t ch = 2; ch <= 101; ++ch)
+    batch += frame(FT::kClose, ch, "");
+  REQUIRE(m.send(batch));
+  REQUIRE(m.open(kChannels + 1, Dialect::kV2));
+  CHECK(m.fence(kChannels + 1));
+  CHECK(!m.sawClosed(kChannels + 1));
+}
+
 TEST_CASE("mux: 10,000 channels on one connection") {
   constexpr std::uint32_t kChannels = 10000;
   auto s = ScopedServer::local();
@@ -567,7 +607,8 @@ TEST_CASE("mux: 10,000 channels on one connection") {
 TEST_CASE("mux: torch-style clients are unaffected") {
   auto s = ScopedServer::local();
   // Garbage starting with 0xff, or a preamble of another version, is not a
-  // mux connection: it is rejected as before.
+  // mux connection: it is rejected as before (a lone 0xff at once, as
+  // torch's servers do).
   for (std::string g :
        {std::string("\xff\x01\x02\x03\x04\x05\x06\x07", 8),
         std::string("\xffTSMUX\x00\x02", 8), std::string("\xff", 1)}) {
@@ -575,23 +616,22 @@ TEST_CASE("mux: torch-style clients are unaffected") {
     RawConn c = RawConn::connect(s->port());
     REQUIRE(c.ok());
     REQUIRE(c.send(g));
-    if (g.size() < 8) c.shutdownWrite();
     std::string got;
     CHECK(c.waitClosed(&got));
     CHECK(got.empty());
   }
   CHECK(s->counters().rejected_protocol == 3);
   CHECK(s->counters().mux_connections == 0);
-  // A preamble that arrives in pieces.
+  // A preamble that arrives in pieces (of 2 bytes or more).
   RawConn c = RawConn::connect(s->port());
   REQUIRE(c.ok());
   const std::uint64_t in0 = s->counters().bytes_in;
   const std::string_view pre = mux::kMuxPreamble;
-  REQUIRE(c.send(pre.substr(0, 1)));
-  CHECK(eventually([&] { return s->counters().bytes_in == in0 + 1; }));
-  REQUIRE(c.send(pre.substr(1, 4)));
-  CHECK(eventually([&] { return s->counters().bytes_in == in0 + 5; }));
-  REQUIRE(c.send(pre.substr(5)));
+  REQUIRE(c.send(pre.substr(0, 2)));
+  CHECK(eventually([&] { return s->counters().bytes_in == in0 + 2; }));
+  REQUIRE(c.send(pre.substr(2, 4)));
+  CHECK(eventually([&] { return s->counters().bytes_in == in0 + 6; }));
+  REQUIRE(c.send(pre.substr(6)));
   CHECK(c.recv(8) == std::string(pre));
   REQUIRE(
       c.send(openFrame(1, Dialect::kV113) +
@@ -606,6 +646,61 @@ TEST_CASE("mux: torch-style clients are unaffected") {
   CHECK(s->counters().connections_v2 == 1);
 }
 
+TEST_CASE("mux: replies over 16 MiB are split into several DATA frames") {
+  auto s = ScopedServer::local();
+  MuxClient m(s->port());
+  REQUIRE(m.open(1, Dialect::kV2));
+  const std::string value(8u << 20, 'v');  // the largest value (8 MiB)
+  std::vector<std::string> keys = {"/big1", "/big2", "/big3"};
+  std::vector<std::string> values = {value, value, value};
+  REQUIRE(m.request(1, rq::multiSet(keys, values)));
+  REQUIRE(m.request(1, rq::multiGet(keys)));
+  std::string want;
+  for (int i = 0; i < 3; ++i) want += u64le(value.size()) + value;
+  const std::string got = m.data(1, want.size(), milliseconds(20000));
+  CHECK(got.size() == want.size());
+  CHECK((got == want));
+  CHECK(m.frames(1) == 2);  // 24 MiB + 24 bytes: 16 MiB, then the rest
+}
+
+TEST_CASE("mux: a relay behind on its reads is paused, never dropped") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  auto s = ScopedServer::local(o);
+  RawConn setter = RawConn::connect(s->port());
+  REQUIRE(setter.handshake());
+  const std::string value(200 * 1024, 'r');
+  REQUIRE(setter.send(encode(Dialect::kV2, rq::set("/v", value))));
+  REQUIRE(pingFence(setter));
+  // A small receive window: the server's writes back up at once.
+  MuxClient m(s->port(), 16 * 1024);
+  constexpr std::uint32_t kChannels = 16;
+  constexpr int kGets = 4;
+  std::string batch;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    m.setDialect(ch, Dialect::kV2);
+    batch += openFrame(ch, Dialect::kV2);
+    for (int i = 0; i < kGets; ++i)
+      batch += frame(FT::kRequest, ch, encode(Dialect::kV2, rq::get("/v")));
+  }
+  REQUIRE(m.send(batch));  // ~13 MB of replies for a 64 KiB output cap
+  // Only once the server is paused (its output past twice the cap, which
+  // drops a plain connection that does not read) does the relay read.
+  CHECK(eventually([&] {
+    REQUIRE(pingFence(setter));
+    return s->counters().memory_bytes > 2 * o.limits.max_buffered_output_bytes;
+  }));
+  const std::string one = u64le(value.size()) + value;
+  for (std::uint32_t ch = 1; ch <= kChannels; ++ch) {
+    for (int i = 0; i < kGets; ++i) {
+      CAPTURE(ch);
+      CHECK((m.data(ch, one.size(), milliseconds(20000)) == one));
+    }
+  }
+  CHECK(s->counters().rejected_slow_reader == 0);
+  CHECK(s->counters().mux_channels_open == kChannels);
+}
+
 namespace {
 
 using tcpstore::store::Backend;
@@ -616,7 +711,8 @@ using tcpstore::store::Effects;
 // The in-memory backend, except that a SET of a "hold/..." key stays pending
 // until a request on a "release/..." key (which completes the held SETs
 // inside its own submit()) or on a "later/..." key (which completes them
-// from a timer, on a later loop turn).
+// from a timer, on a later loop turn). A held "hold/fail..." completes with
+// an error; a held "hold/close..." is closed by the backend instead.
 class HoldBackend final : public Backend {
  public:
   explicit HoldBackend(tcpstore::store::KeyspaceOptions o) : inner_(o) {}
@@ -662,6 +758,15 @@ class HoldBackend final : public Backend {
     held.swap(held_);
     for (Held& h : held) {
       Effects fx;
+      if (h.key.rfind("hold/fail", 0) == 0) {
+        host_->complete(h.conn, tcpstore::Status::ioError("injected failure"),
+                        fx);
+        continue;
+      }
+      if (h.key.rfind("hold/close", 0) == 0) {
+        host_->close(h.conn, tcpstore::Status::ioError("upstream gone"));
+        continue;
+      }
       auto r = inner_.submit(h.conn, rq::set(h.key, h.value), fx);
       host_->complete(h.conn, r ? tcpstore::Status::ok() : r.error(), fx);
     }
@@ -748,4 +853,57 @@ TEST_CASE("mux: a pending request holds its channel only, in order") {
   REQUIRE(p.send(encode(Dialect::kV2, rq::add("release/z", 1))));
   CHECK(p.recv(8) == i64le(1));
   CHECK(s->counters().memory_bytes < 1024 * 1024);
+}
+
+TEST_CASE("mux: a backend's failure or close ends only that channel") {
+  auto s = holdServer();
+  MuxClient m(s->port());
+  for (std::uint32_t ch : {1u, 2u, 3u}) REQUIRE(m.open(ch, Dialect::kV2));
+  REQUIRE(m.request(1, rq::set("hold/fail1", "x")));
+  REQUIRE(m.request(1, rq::get("/never-run")));  // queued, then dropped
+  REQUIRE(m.request(2, rq::set("hold/close2", "x")));
+  REQUIRE(m.request(3, rq::add("release/now", 1)));
+  CHECK(m.data(3, 8) == i64le(1));
+  auto r1 = m.closed(1);
+  REQUIRE(r1.has_value());
+  CHECK(r1->find("injected failure") != std::string::npos);
+  auto r2 = m.closed(2);
+  REQUIRE(r2.has_value());
+  CHECK(r2->find("upstream gone") != std::string::npos);
+  REQUIRE(m.fence(3));
+  CHECK(m.buffered(1) + m.buffered(2) == 0);
+  // Closed from a timer (no read on the stack): the CLOSED still leaves at
+  // once, without waiting for other traffic to turn the loop.
+  REQUIRE(m.open(4, Dialect::kV2));
+  REQUIRE(m.request(4, rq::set("hold/close4", "x")));
+  REQUIRE(m.request(3, rq::add("later/now", 1)));
+  CHECK(m.data(3, 8) == i64le(1));
+  auto r4 = m.closed(4);
+  REQUIRE(r4.has_value());
+  CHECK(r4->find("upstream gone") != std::string::npos);
+  auto c = s->counters();
+  CHECK(c.rejected_semantic == 1);  // the failed request, as on a connection
+  CHECK(c.mux_channels_open == 1);
+  CHECK(c.connections_open == 1);
+}
+
+TEST_CASE("mux: a relay that stops reading is still dropped after a stall") {
+  tcpstore::ServerOptions o;
+  o.limits.max_buffered_output_bytes = 64 * 1024;
+  o.limits.stalled_reader_ms = 200;
+  auto s = ScopedServer::local(o);
+  RawConn setter = RawConn::connect(s->port());
+  REQUIRE(setter.handshake());
+  const std::string value(200 * 1024, 's');
+  REQUIRE(setter.send(encode(Dialect::kV2, rq::set("/v", value))));
+  REQUIRE(pingFence(setter));
+  MuxClient m(s->port(), 16 * 1024);
+  REQUIRE(m.open(1, Dialect::kV2));
+  std::string batch;
+  for (int i = 0; i < 64; ++i)
+    batch += frame(FT::kRequest, 1, encode(Dialect::kV2, rq::get("/v")));
+  REQUIRE(m.send(batch));  // ~13 MB of replies, never read
+  CHECK(eventually([&] { return s->counters().rejected_slow_reader == 1; }));
+  CHECK(eventually([&] { return s->counters().mux_channels_open == 0; }));
+  REQUIRE(pingFence(setter));  // everyone else is served
 }
