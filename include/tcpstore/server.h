@@ -78,6 +78,20 @@ struct ServerOptions {
   bool compare_set_wakes = true;
   // "error", "warn", "info" (default), "debug".
   std::string log_level = "info";
+  // Relay mode: "HOST:PORT" ("[ADDR]:PORT" for IPv6) of an upstream
+  // tcpstore-server (or relay) that keeps the state; empty: serve from memory.
+  // Clients talk to this server exactly as to the upstream (docs/relay.md).
+  // start() then blocks until the upstream is connected and has echoed the
+  // relay preamble, at most upstream_connect_ms: kRefused or kTimeout if it
+  // cannot be reached, kProtocolError if it does not speak the relay
+  // extension (a torch server), kInvalidArgument for a malformed address.
+  // Later losses close the clients that had requests upstream and reconnect
+  // with backoff (50 ms doubling to 2 s, jittered).
+  std::string upstream;
+  std::uint64_t upstream_connect_ms = 5000;
+  // Relay mode: combine concurrent ADDs of one key and coalesce identical
+  // concurrent GET/CHECK/MULTI_GET (false: tunnel every request as sent).
+  bool upstream_combine = true;
 };
 
 // Counters, readable at any time. Per-command counts are indexed by
@@ -125,6 +139,19 @@ struct ServerCounters {
   std::uint64_t mux_channels_closed = 0;
   std::uint64_t mux_channels_open = 0;
   std::uint64_t mux_channels_refused = 0;
+  // Relay mode (ServerOptions::upstream; all 0 otherwise). Requests sent on
+  // their client's own channel; ADDs answered from a combined upstream ADD
+  // (and those upstream ADDs); reads answered from a shared upstream read
+  // (and those reads); upstream connections lost and re-made; requests
+  // refused while the upstream was down.
+  std::uint64_t relay_tunneled = 0;
+  std::uint64_t relay_combined = 0;
+  std::uint64_t relay_upstream_adds = 0;
+  std::uint64_t relay_coalesced = 0;
+  std::uint64_t relay_upstream_reads = 0;
+  std::uint64_t relay_losses = 0;
+  std::uint64_t relay_reconnects = 0;
+  std::uint64_t relay_refused = 0;
 };
 
 class Server {

@@ -188,6 +188,14 @@ dialect is detected per connection).
                            output, registrations and stored data (default
                            {memory}; 0: none)
   --classic-compare-set    COMPARE_SET does not wake waiters (classic servers)
+  --upstream HOST:PORT     relay mode: serve this node's clients through one
+                           connection to that tcpstore-server (or relay),
+                           combining concurrent ADDs and identical reads; the
+                           state lives upstream. Exit 3 if it cannot be
+                           reached, or does not speak the relay extension,
+                           within 5 s; once running, losing it closes the
+                           clients with requests upstream and reconnects
+                           (50 ms doubling to 2 s, jittered). docs/relay.md
   --log-level L            error, warn, info or debug (default {level})
   --help                   show this help
   --version                show the version
@@ -320,6 +328,11 @@ int main(int argc, char** argv) {
             "bad value for --log-level: '{}' (error|warn|info|debug)", *v));
       }
       opts.log_level = std::string(*v);
+    } else if (arg == "--upstream") {  // relay mode (docs/relay.md)
+      auto v = takeValue(arg);
+      if (!v) return usageError("option --upstream needs a value");
+      if (v->empty()) return usageError("--upstream must not be empty");
+      opts.upstream = std::string(*v);
     } else if (arg == "--backend") {
       auto v = takeValue(arg);
       if (!v) return usageError("option --backend needs a value");
@@ -332,6 +345,9 @@ int main(int argc, char** argv) {
     }
   }
   if (opts.listen_fd >= 0 && !port_given) opts.port = 0;  // take the fd's port
+  if (!opts.upstream.empty() && backend_choice.spec != "memory") {
+    return usageError("--upstream and --backend exclude each other");
+  }
   const LogLevel level = *tcpstore::server::parseLogLevel(opts.log_level);
 
   // Signals are taken synchronously by this thread (sigwait); block them

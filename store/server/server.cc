@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "store/memory_backend.h"
+#include "store/relay/relay_backend.h"
 #include "store/server/connections.h"
 #include "store/server/counters.h"
 #include "store/server/dispatcher.h"
@@ -91,6 +92,8 @@ struct Server::Impl final : server::AcceptHandler {
   server::Listener listener;
   uv_async_t* stop_async = nullptr;
   uv_timer_t* stop_timer = nullptr;
+  // Relay mode: the backend, for its counters.
+  const store::relay::RelayBackend* relay = nullptr;
   bool backend_open = false;
   bool stopping = false;      // loop thread
   bool loop_closing = false;  // loop thread
@@ -223,7 +226,10 @@ Result<std::shared_ptr<Server>> Server::Impl::start(
       }
     }
   }
+  const auto* relay =
+      dynamic_cast<const store::relay::RelayBackend*>(backend.get());
   auto impl = std::make_unique<Impl>(options, std::move(backend));
+  impl->relay = relay;
   Status st = impl->init();
   if (!st.isOk()) {
     impl->teardownAfterFailedInit();
@@ -260,7 +266,32 @@ Result<std::shared_ptr<Server>> Server::Impl::start(
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+// Relay mode: a RelayBackend for options.upstream.
+Result<std::unique_ptr<store::Backend>> makeRelay(const ServerOptions& o) {
+  store::relay::RelayOptions ro;
+  if (Status st = store::relay::parseUpstream(o.upstream, ro); !st.isOk())
+    return st;
+  auto level = server::checkOptions(o);
+  if (!level) return level.error();
+  ro.connect_timeout_ms = o.upstream_connect_ms;
+  ro.limits = server::protocolLimits(o.limits);
+  ro.combine = o.upstream_combine;
+  ro.log = [lvl = *level](store::relay::RelayLog l, std::string_view line) {
+    if (static_cast<int>(l) <= static_cast<int>(lvl))
+      server::logLine(static_cast<LogLevel>(static_cast<int>(l)), line);
+  };
+  return std::unique_ptr<store::Backend>(
+      std::make_unique<store::relay::RelayBackend>(std::move(ro)));
+}
+}  // namespace
+
 Result<std::shared_ptr<Server>> Server::start(const ServerOptions& options) {
+  if (!options.upstream.empty()) {
+    auto relay = makeRelay(options);
+    if (!relay) return relay.error();
+    return Impl::start(options, std::move(relay).value());
+  }
   return Impl::start(options, std::make_unique<store::MemoryBackend>(
                                   server::keyspaceOptions(options)));
 }
@@ -305,10 +336,37 @@ void Server::wait() {
   s->stopped_cv.wait(lk, [s] { return s->stopped; });
 }
 
-ServerCounters Server::counters() const { return impl_->ctr.snapshot(); }
+ServerCounters Server::counters() const {
+  ServerCounters c = impl_->ctr.snapshot();
+  if (const auto* r = impl_->relay) {
+    const store::relay::RelayCounters& rc = r->counters();
+    auto get = [](const std::atomic<std::uint64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
+    c.relay_tunneled = get(rc.tunneled);
+    c.relay_combined = get(rc.combined);
+    c.relay_upstream_adds = get(rc.upstream_adds);
+    c.relay_coalesced = get(rc.coalesced);
+    c.relay_upstream_reads = get(rc.upstream_reads);
+    c.relay_losses = get(rc.losses);
+    c.relay_reconnects = get(rc.reconnects);
+    c.relay_refused = get(rc.refused);
+  }
+  return c;
+}
 
 std::string Server::countersLine() const {
-  return server::countersLine(counters());
+  const ServerCounters c = counters();
+  std::string line = server::countersLine(c);
+  if (impl_->relay != nullptr) {
+    line += fmt::format(
+        " relay tunneled={} combined={} (upstream adds={}) coalesced={} "
+        "(upstream reads={}) upstream losses={} reconnects={} refused={}",
+        c.relay_tunneled, c.relay_combined, c.relay_upstream_adds,
+        c.relay_coalesced, c.relay_upstream_reads, c.relay_losses,
+        c.relay_reconnects, c.relay_refused);
+  }
+  return line;
 }
 
 namespace server {

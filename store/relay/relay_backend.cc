@@ -1,0 +1,311 @@
+#include "store/relay/relay_backend.h"
+
+#include <new>
+
+#include "store/relay/combiner.h"
+#include "store/relay/upstream_connect.h"
+
+namespace tcpstore::store::relay {
+
+using protocol::Command;
+using protocol::Dialect;
+namespace mux = protocol::mux;
+
+RelayBackend::RelayBackend(RelayOptions options)
+    : options_(std::move(options)),
+      link_(options_, *this, counters_),
+      combiner_(std::make_unique<Combiner>(*this)) {}
+
+RelayBackend::~RelayBackend() = default;
+
+Status RelayBackend::open(BackendHost& host, uv_loop_s* loop) {
+  host_ = &host;
+  loop_ = loop;
+  auto fd = connectUpstream(options_.host, options_.port,
+                            options_.connect_timeout_ms);
+  if (!fd) return fd.error();
+  check_ = new uv_check_t;
+  uv_check_init(loop_, check_);
+  check_->data = this;
+  uv_check_start(check_, &RelayBackend::onCheck);
+  close_timer_ = new uv_timer_t;
+  uv_timer_init(loop_, close_timer_);
+  close_timer_->data = this;
+  Status st = link_.open(loop_, *fd);
+  if (!st.isOk()) return st;
+  if (options_.log) {
+    options_.log(RelayLog::kInfo, "relaying to upstream " + link_.name());
+  }
+  return Status::ok();
+}
+
+void RelayBackend::close() {
+  if (closed_) return;
+  closed_ = true;
+  link_.close();
+  if (check_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(check_), &onHandleClosed);
+    check_ = nullptr;
+  }
+  if (close_timer_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(close_timer_), &onHandleClosed);
+    close_timer_ = nullptr;
+  }
+}
+
+void RelayBackend::onHandleClosed(uv_handle_t* h) noexcept {
+  if (h->type == UV_CHECK) {
+    delete reinterpret_cast<uv_check_t*>(h);
+  } else {
+    delete reinterpret_cast<uv_timer_t*>(h);
+  }
+}
+
+Status RelayBackend::downError() const {
+  return Status::closed("upstream " + link_.name() +
+                        " is not connected (the relay is reconnecting)");
+}
+
+// ---- requests -------------------------------------------------------------
+
+Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
+                                              const protocol::Request& req,
+                                              Effects& fx) {
+  if (req.command == Command::kValidate) return Outcome::kDone;
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) {
+    it =
+        clients_.emplace(conn, std::make_unique<Client>(options_.limits)).first;
+  }
+  Client& c = *it->second;
+  if (c.doomed) {
+    return Status::closed("the upstream closed this client's channel");
+  }
+  if (!link_.up()) {
+    bumpRelay(counters_.refused);
+    return downError();
+  }
+  const bool idle =
+      c.channel == 0 || (c.tracker.idle() && c.dialect == Dialect::kV2);
+  if (req.command == Command::kPing && idle) {
+    protocol::appendU32(fx.begin(conn), req.u32);
+    fx.end();
+    return Outcome::kDone;
+  }
+  if (options_.combine && idle && combiner_->offer(conn, req)) {
+    ensureChannel(conn, c, Dialect::kV2);  // a lone request goes out on it
+    return Outcome::kPending;
+  }
+  if (Status st = tunnel(conn, req); !st.isOk()) return st;
+  if (link_.backlog() > kMaxBacklogBytes) {
+    // The upstream takes less than the clients send: this client's next
+    // request waits until the backlog has drained to half (onCheck).
+    stalled_.push_back(conn);
+    return Outcome::kPending;
+  }
+  return Outcome::kDone;
+}
+
+// Which dialect a channel speaks: the keyspace's semantics and reply bytes
+// do not depend on the dialect, only which commands exist does. Channels
+// speak 2.x (every command but WATCH_KEY), a client's first WATCH_KEY
+// (1.13 only) moves it to a 1.13 channel. The client's own dialect is not
+// known here in general (a relay behind a relay sees channels, not
+// VALIDATEs), and is not needed.
+RelayBackend::Client& RelayBackend::ensureChannel(ConnId conn, Client& c,
+                                                  Dialect want) {
+  if (c.channel == 0) {
+    c.channel = openChannel(want, conn);
+    c.dialect = want;
+  }
+  return c;
+}
+
+std::uint32_t RelayBackend::openChannel(Dialect dialect, ConnId owner) {
+  const std::uint32_t id = next_channel_++;
+  const char d = static_cast<char>(dialect == Dialect::kV2 ? 1 : 0);
+  mux::appendFrame(link_.out(), mux::FrameType::kOpen, id,
+                   std::string_view(&d, 1));
+  routes_[id] = owner;
+  return id;
+}
+
+Status RelayBackend::tunnel(ConnId conn, const protocol::Request& req) {
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) return Status::ok();
+  Client& c = *it->second;
+  const Dialect want = protocol::commandCode(Dialect::kV2, req.command)
+                           ? Dialect::kV2
+                           : Dialect::kV113;
+  if (c.channel != 0 && c.dialect != want &&
+      !protocol::commandCode(c.dialect, req.command)) {
+    // Move to a channel of the other dialect. Safe only while the channel
+    // holds nothing upstream: no reply owed (so no wait registered) and its
+    // writes applied; otherwise the command cannot be relayed.
+    if (!c.tracker.idle()) {
+      return Status::notSupported(
+          std::string(protocol::commandName(req.command)) +
+          " through a relay on a connection with requests in flight");
+    }
+    if (routes_.erase(c.channel) > 0) {
+      mux::appendFrame(link_.out(), mux::FrameType::kClose, c.channel, {});
+    }
+    c.channel = 0;
+  }
+  ensureChannel(conn, c, want);
+  std::string& out = link_.out();
+  const std::size_t at = out.size();
+  mux::appendFrameHeader(out, mux::FrameType::kRequest, c.channel, 0);
+  if (!protocol::encodeRequest(c.dialect, req, out)) {
+    out.resize(at);
+    return Status::notSupported(
+        std::string(protocol::commandName(req.command)) + " is not relayed");
+  }
+  mux::patchFrameLength(out, at);
+  c.tracker.expect(req.command, req.keys.size(), 0);
+  bumpRelay(counters_.tunneled);
+  return Status::ok();
+}
+
+void RelayBackend::writeEncoded(std::uint32_t channel,
+                                std::string_view request) {
+  mux::appendFrame(link_.out(), mux::FrameType::kRequest, channel, request);
+}
+
+void RelayBackend::tunnelEncoded(ConnId conn, Command cmd, std::uint64_t count,
+                                 std::string_view request) {
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) return;
+  Client& c = ensureChannel(conn, *it->second, Dialect::kV2);
+  writeEncoded(c.channel, request);
+  c.tracker.expect(cmd, count, 0);
+  bumpRelay(counters_.tunneled);
+}
+
+void RelayBackend::disconnect(ConnId conn) {
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) return;
+  const std::uint32_t ch = it->second->channel;
+  if (ch != 0 && routes_.erase(ch) > 0 && link_.up()) {
+    mux::appendFrame(link_.out(), mux::FrameType::kClose, ch, {});
+  }
+  clients_.erase(it);
+}
+
+// ---- the loop turn ----------------------------------------------------------
+
+void RelayBackend::onCheck(uv_check_t* check) noexcept {
+  auto* b = static_cast<RelayBackend*>(check->data);
+  if (b->next_channel_ > UINT32_MAX - (1u << 24)) {
+    // Ids are never reused on one connection: start a new one (its clients
+    // are closed like on any loss) well before they run out.
+    b->link_.drop(
+        Status::ioError("channel ids nearly exhausted; reconnecting"));
+    return;
+  }
+  try {
+    b->combiner_->flush();
+  } catch (...) {
+    b->link_.drop(Status::ioError("out of memory while combining"));
+  }
+  b->link_.flush();
+  if (!b->stalled_.empty() && b->link_.backlog() <= kMaxBacklogBytes / 2) {
+    std::vector<ConnId> resume = std::move(b->stalled_);
+    b->stalled_.clear();
+    for (ConnId conn : resume)
+      b->host_->complete(conn, Status::ok(), Effects());
+  }
+}
+
+void RelayBackend::onCloseTimer(uv_timer_t* timer) noexcept {
+  auto* b = static_cast<RelayBackend*>(timer->data);
+  auto victims = std::move(b->to_close_);
+  b->to_close_.clear();
+  for (auto& [conn, why] : victims) {
+    b->host_->close(conn,
+                    Status::closed("upstream closed the channel: " + why));
+  }
+  b->flushSoon();
+}
+
+// A close from a timer callback queues output (a CLOSED frame when the
+// client is itself a channel of a relay in front of this one) that the
+// server writes only once a loop turn passes its flush: an empty deliver()
+// asks for that turn, so the loop does not sit in poll until other I/O.
+void RelayBackend::flushSoon() noexcept {
+  try {
+    host_->deliver(Effects());
+  } catch (...) {
+  }
+}
+
+// ---- frames from the upstream ---------------------------------------------
+
+bool RelayBackend::onFrame(const mux::Frame& f) {
+  auto it = routes_.find(f.channel);
+  if (it == routes_.end()) {
+    // A channel we closed (its DATA crossed our CLOSE) or never opened.
+    return f.channel < next_channel_;
+  }
+  if (it->second == kShared) {
+    if (f.type == mux::FrameType::kData) {
+      combiner_->onData(f.channel, f.payload);
+    } else {
+      routes_.erase(it);
+      combiner_->onClosed(f.channel, f.payload);
+    }
+    return true;
+  }
+  const ConnId conn = it->second;
+  auto cit = clients_.find(conn);
+  if (cit == clients_.end()) return true;
+  Client& c = *cit->second;
+  if (f.type == mux::FrameType::kData) {
+    try {
+      deliveries_.send(conn, f.payload);
+    } catch (...) {
+      link_.drop(Status::ioError("out of memory relaying replies"));
+      return true;
+    }
+    c.tracker.feed(f.payload, [](const ReplyTracker::Done&) {});
+    return true;
+  }
+  // CLOSED: the client's request broke a rule upstream.
+  routes_.erase(it);
+  c.channel = 0;
+  c.doomed = true;
+  c.tracker.markLost();
+  to_close_.emplace_back(conn, std::string(f.payload));
+  uv_timer_start(close_timer_, &RelayBackend::onCloseTimer, 0, 0);
+  return true;
+}
+
+void RelayBackend::onReadDone() { flushDeliveries(); }
+
+void RelayBackend::flushDeliveries() noexcept {
+  if (deliveries_.empty()) return;
+  host_->deliver(deliveries_);
+  deliveries_.clear();
+}
+
+void RelayBackend::onLinkDown(const Status& why) {
+  deliveries_.clear();
+  routes_.clear();
+  next_channel_ = 1;
+  combiner_->onLinkDown(why);
+  std::vector<ConnId> victims;
+  for (auto& [conn, c] : clients_) {
+    if (c->channel != 0 || c->doomed) victims.push_back(conn);
+    c->channel = 0;
+  }
+  to_close_.clear();
+  stalled_.clear();  // they have channels: closed below
+  const Status st = Status::closed("lost the upstream " + link_.name() + ": " +
+                                   why.message());
+  for (ConnId conn : victims) host_->close(conn, st);
+  flushSoon();
+}
+
+void RelayBackend::onLinkUp() {}
+
+}  // namespace tcpstore::store::relay

@@ -1,0 +1,134 @@
+// RelayBackend: the Backend of a relay (tcpstore-server --upstream H:P).
+// Every local client connection that sends a request gets a channel on the
+// one upstream connection (UpstreamLink), opened lazily (2.x; see
+// ensureChannel() for 1.13's WATCH_KEY). Requests are
+// re-encoded into REQUEST frames and answer kDone at once; their replies come
+// back as DATA and are delivered to the client verbatim, in order, so every
+// command keeps exactly the upstream's semantics (WAIT, CANCEL_WAIT, 1.13
+// WATCH_KEY, queues, BARRIER, errors). CLOSED closes the client with the
+// upstream's reason; a client's disconnect sends CLOSE. VALIDATE is not
+// forwarded; PING is answered here when the client owes no reply.
+//
+// Combining (combiner.h): concurrent ADDs to one key become one upstream ADD
+// of the sum, identical GET/CHECK/MULTI_GET sent in one loop turn become
+// one; replies tracked per channel (reply_tracker.h) keep every client's
+// replies in its request order.
+//
+// Upstream loss: every client with a channel is closed (its requests may or
+// may not have been applied: a clean error, never a guessed reply), new
+// requests are refused (closed) until the link is back; the link reconnects
+// with backoff (upstream_link.h). See docs/relay.md, "Relay side".
+//
+// Threads: the Backend contract (loop thread only; open() on the starting
+// thread before the loop runs). open() blocks up to connect_timeout_ms.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "protocol/codec.h"
+#include "store/backend.h"
+#include "store/relay/relay_options.h"
+#include "store/relay/reply_tracker.h"
+#include "store/relay/upstream_link.h"
+
+namespace tcpstore::store::relay {
+
+class Combiner;
+
+class RelayBackend final : public Backend, private LinkHandler {
+ public:
+  explicit RelayBackend(RelayOptions options);
+  ~RelayBackend() override;
+  RelayBackend(const RelayBackend&) = delete;
+  RelayBackend& operator=(const RelayBackend&) = delete;
+
+  // Connects to the upstream and checks the preamble echo, blocking up to
+  // options.connect_timeout_ms (fail fast: a wrong address or a server that
+  // does not speak the extension fails the start with a message saying so),
+  // then adds the link and the backend's handles to `loop`.
+  Status open(BackendHost& host, uv_loop_s* loop) override;
+  Result<Outcome> submit(ConnId conn, const protocol::Request& req,
+                         Effects& fx) override;
+  void disconnect(ConnId conn) override;
+  void close() override;
+
+  const RelayCounters& counters() const noexcept { return counters_; }
+  const RelayOptions& options() const noexcept { return options_; }
+
+  // ---- for the Combiner (loop thread) -------------------------------------
+  // A new channel of `dialect` on the current link (OPEN written).
+  std::uint32_t openChannel(protocol::Dialect dialect, ConnId owner);
+  // Writes REQUEST(channel, request bytes already encoded).
+  void writeEncoded(std::uint32_t channel, std::string_view request);
+  // Sends `req` on the client's own channel (opened if needed). An error if
+  // the command cannot be relayed on it (see ensureChannel()).
+  Status tunnel(ConnId conn, const protocol::Request& req);
+  // The same for a request already encoded in 2.x (an idle 2.x client).
+  void tunnelEncoded(ConnId conn, protocol::Command cmd, std::uint64_t count,
+                     std::string_view request);
+  RelayCounters& countersMut() noexcept { return counters_; }
+  void dropLink(const Status& why) noexcept { link_.drop(why); }
+  BackendHost& host() noexcept { return *host_; }
+  bool linkUp() const noexcept { return link_.up(); }
+  // Delivers the DATA gathered so far (before a local completion).
+  void flushDeliveries() noexcept;
+
+ private:
+  struct Client {
+    explicit Client(const protocol::Limits& l) : tracker(l) {}
+    protocol::Dialect dialect = protocol::Dialect::kV2;  // of `channel`
+    bool doomed = false;  // the upstream closed its channel: closing
+    std::uint32_t channel = 0;
+    ReplyTracker tracker;
+  };
+
+  // LinkHandler
+  bool onFrame(const protocol::mux::Frame& f) override;
+  void onReadDone() override;
+  void onLinkDown(const Status& why) override;
+  void onLinkUp() override;
+
+  static void onCheck(uv_check_t* check) noexcept;
+  static void onCloseTimer(uv_timer_t* timer) noexcept;
+  static void onHandleClosed(uv_handle_t* h) noexcept;
+  Client& ensureChannel(ConnId conn, Client& c, protocol::Dialect want);
+  Status downError() const;
+  void flushSoon() noexcept;
+
+  RelayOptions options_;
+  RelayCounters counters_;
+  UpstreamLink link_;
+  BackendHost* host_ = nullptr;
+  uv_loop_t* loop_ = nullptr;
+  uv_check_t* check_ = nullptr;
+  uv_timer_t* close_timer_ = nullptr;
+  std::unordered_map<ConnId, std::unique_ptr<Client>> clients_;
+  // Channel -> the client that owns it (kShared: the combiner's).
+  std::unordered_map<std::uint32_t, ConnId> routes_;
+  std::uint32_t next_channel_ = 1;
+  Effects deliveries_;
+  // Clients whose channel the upstream closed, closed on the next loop turn
+  // (after their last DATA has been flushed).
+  std::vector<std::pair<ConnId, std::string>> to_close_;
+  // Clients left pending because the upstream write backlog was over
+  // kMaxBacklogBytes; completed once it has drained to half.
+  std::vector<ConnId> stalled_;
+  std::unique_ptr<Combiner> combiner_;
+  bool closed_ = false;
+
+ public:
+  static constexpr ConnId kShared = ~ConnId{0};
+  // Bytes queued for the upstream past which a client that sends another
+  // request is held (kPending) until they drain: bounds the relay's memory
+  // when clients send faster than the upstream takes.
+  static constexpr std::size_t kMaxBacklogBytes = 64u << 20;
+};
+
+}  // namespace tcpstore::store::relay

@@ -1,0 +1,468 @@
+// The relay (tcpstore-server --upstream, ServerOptions::upstream) against
+// real upstream servers: in-process ones, and real tcpstore-server processes
+// where the upstream must die and come back.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/wire.h"
+#include "tcpstore/client.h"
+#include "tcpstore/server.h"
+#include "tests/server/raw_client.h"
+#include "tests/support/child.h"
+#include "tests/support/deadline.h"
+#include "tests/support/scoped_server.h"
+
+using namespace std::chrono_literals;
+using tcpstore::Client;
+using tcpstore::ClientOptions;
+using tcpstore::ServerOptions;
+using tcpstore::StatusCode;
+using tcpstore::test::Child;
+using tcpstore::test::Clock;
+using tcpstore::test::scaled;
+using tcpstore::test::ScopedServer;
+
+namespace {
+
+const std::string kBin = TCPSTORE_BIN_DIR;
+
+// An upstream server and one relay in front of it, in this process.
+struct Pair {
+  ScopedServer upstream;
+  ScopedServer relay;
+};
+
+Pair startPair(bool combine = true) {
+  Pair p;
+  p.upstream = ScopedServer::start([] {
+    ServerOptions u;
+    u.host = "127.0.0.1";
+    u.port = 0;
+    u.log_level = "error";
+    return u;
+  }());
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.upstream->port());
+  r.upstream_combine = combine;
+  p.relay = ScopedServer::start(r);
+  return p;
+}
+
+Client connectTo(std::uint16_t port,
+                 tcpstore::Dialect d = tcpstore::Dialect::kV2,
+                 std::chrono::milliseconds connect_timeout = 10s) {
+  ClientOptions o;
+  o.port = port;
+  o.dialect = d;
+  o.timeout = scaled(20s);
+  o.connect_timeout = scaled(connect_timeout);
+  o.share_connections = false;
+  auto c = Client::connect(o);
+  REQUIRE_MESSAGE(c.has_value(), c.error().toString());
+  return std::move(c).value();
+}
+
+// A TCP listener on 127.0.0.1 that accepts one connection at a time and
+// closes it after reading whatever comes (a server that does not speak the
+// relay extension, like a torch server faced with the preamble).
+class ClosingListener {
+ public:
+  ClosingListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd_, 8) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[64];
+        (void)::recv(c, buf, sizeof buf, 0);
+        ::close(c);
+      }
+    });
+  }
+  ~ClosingListener() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// "listening on 127.0.0.1:P" -> P.
+std::uint16_t readPort(Child& c) {
+  auto line = c.readLine(Clock::now() + scaled(20s));
+  REQUIRE(line.has_value());
+  const std::string want = "listening on 127.0.0.1:";
+  REQUIRE(line->rfind(want, 0) == 0);
+  return static_cast<std::uint16_t>(std::stoi(line->substr(want.size())));
+}
+
+}  // namespace
+
+TEST_CASE("relay: a WAIT through the relay is released by a SET upstream") {
+  Pair p = startPair();
+  Client via = connectTo(p.relay->port());
+  Client direct = connectTo(p.upstream->port());
+  auto waiter = std::async(std::launch::async,
+                           [&] { return via.wait({"released-upstream"}); });
+  // The WAIT is registered upstream once the upstream counts it.
+  REQUIRE(tcpstore::test::eventually(
+      [&] {
+        return p.upstream->counters().requests[static_cast<int>(
+                   tcpstore::protocol::Command::kWait)] >= 1;
+      },
+      10s));
+  CHECK(waiter.wait_for(0ms) == std::future_status::timeout);
+  REQUIRE(direct.set("released-upstream", "v"));
+  REQUIRE(waiter.wait_for(scaled(10s)) == std::future_status::ready);
+  CHECK(waiter.get().isOk());
+  auto v = via.get("released-upstream");
+  REQUIRE(v.has_value());
+  CHECK(*v == "v");
+}
+
+TEST_CASE("relay: 1.13 and 2.x clients through one relay share the state") {
+  Pair p = startPair();
+  Client v1 = connectTo(p.relay->port(), tcpstore::Dialect::kV113);
+  Client v2 = connectTo(p.relay->port(), tcpstore::Dialect::kV2);
+  REQUIRE(v1.set("from113", "a"));
+  REQUIRE(v2.set("from2", "b"));
+  auto a = v2.get("from113");
+  auto b = v1.get("from2");
+  REQUIRE(a.has_value());
+  REQUIRE(b.has_value());
+  CHECK(*a == "a");
+  CHECK(*b == "b");
+  CHECK(v1.add("n", 5).value() == 5);
+  CHECK(v2.add("n", 2).value() == 7);
+  CHECK(v1.check({"from113", "from2"}).value());
+  CHECK_FALSE(v2.check({"absent"}).value());
+  CHECK(v2.deleteKey("from2").value());
+  CHECK(v1.numKeys().value() == 2);  // from113, n
+  auto m = v2.multiGet({"from113", "n"});
+  REQUIRE(m.has_value());
+  CHECK((*m)[0] == "a");
+  CHECK((*m)[1] == "7");
+  REQUIRE(v2.ping());
+  CHECK(p.relay->counters().relay_tunneled > 0);
+}
+
+TEST_CASE(
+    "relay: concurrent ADDs are combined and each value handed out once") {
+  Pair p = startPair();
+  constexpr int kClients = 8;
+  constexpr int kAdds = 200;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(connectTo(p.relay->port()));
+  Client direct = connectTo(p.upstream->port());
+  std::vector<std::vector<std::int64_t>> got(kClients);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < kAdds; ++j) {
+        auto r = clients[i].add("counter", 1);
+        if (!r) {
+          failed = true;
+          return;
+        }
+        got[i].push_back(*r);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE_FALSE(failed.load());
+  std::set<std::int64_t> all;
+  for (int i = 0; i < kClients; ++i) {
+    // Each client's own values increase (its ADDs are applied in order).
+    CHECK(std::is_sorted(got[i].begin(), got[i].end()));
+    all.insert(got[i].begin(), got[i].end());
+  }
+  // N*M distinct values: exactly 1..N*M, each handed out once.
+  CHECK(all.size() == static_cast<std::size_t>(kClients * kAdds));
+  CHECK(*all.begin() == 1);
+  CHECK(*all.rbegin() == kClients * kAdds);
+  CHECK(direct.add("counter", 0).value() == kClients * kAdds);
+  const auto c = p.relay->counters();
+  MESSAGE("combined " << c.relay_combined << " ADDs into "
+                      << c.relay_upstream_adds << " upstream ADDs");
+  // 8 threads hammering one key: some ADDs met in one loop turn.
+  CHECK(c.relay_combined > 0);
+  CHECK(c.relay_upstream_adds < c.relay_combined);
+  // The upstream saw fewer ADDs than the clients sent.
+  CHECK(p.upstream->counters()
+            .requests[static_cast<int>(tcpstore::protocol::Command::kAdd)] <
+        static_cast<std::uint64_t>(kClients * kAdds) + 1);
+}
+
+TEST_CASE("relay: ADDs combined at two stacked relays stay exact") {
+  // Two front relays on one middle relay on the upstream: combined ADDs of
+  // the fronts may be combined again in the middle.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  ScopedServer front_a = ScopedServer::start(r);
+  ScopedServer front_b = ScopedServer::start(r);
+  constexpr int kClients = 8;
+  constexpr int kAdds = 150;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(connectTo((i % 2 == 0 ? front_a : front_b)->port()));
+  std::vector<std::vector<std::int64_t>> got(kClients);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < kAdds; ++j) {
+        auto v = clients[i].add("stacked", 1);
+        if (!v) {
+          failed = true;
+          return;
+        }
+        got[i].push_back(*v);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE_FALSE(failed.load());
+  std::set<std::int64_t> all;
+  for (const auto& g : got) {
+    CHECK(std::is_sorted(g.begin(), g.end()));
+    all.insert(g.begin(), g.end());
+  }
+  CHECK(all.size() == static_cast<std::size_t>(kClients * kAdds));
+  CHECK(*all.begin() == 1);
+  CHECK(*all.rbegin() == kClients * kAdds);
+  const auto a = front_a->counters();
+  const auto b = front_b->counters();
+  const auto m = p.relay->counters();
+  MESSAGE("fronts combined " << a.relay_combined + b.relay_combined
+                             << ", middle combined " << m.relay_combined);
+  CHECK(a.relay_combined + b.relay_combined > 0);
+  // The fronts stop before the pair behind them.
+  CHECK(front_a->stop().isOk());
+  CHECK(front_b->stop().isOk());
+}
+
+TEST_CASE(
+    "relay: identical concurrent GETs are answered right, shared or not") {
+  Pair p = startPair();
+  Client setter = connectTo(p.upstream->port());
+  REQUIRE(setter.set("shared", std::string(1000, 'x')));
+  constexpr int kClients = 8;
+  std::vector<Client> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(connectTo(p.relay->port()));
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      for (int j = 0; j < 200; ++j) {
+        auto v = clients[i].get("shared");
+        auto c = clients[i].check({"shared"});
+        auto m = clients[i].multiGet({"shared", "shared"});
+        if (!v || *v != std::string(1000, 'x') || !c || !*c || !m ||
+            m->size() != 2 || (*m)[1] != *v)
+          ++bad;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(bad.load() == 0);
+  const auto c = p.relay->counters();
+  MESSAGE("coalesced " << c.relay_coalesced << " reads into "
+                       << c.relay_upstream_reads << " upstream reads");
+}
+
+TEST_CASE(
+    "relay: GETs of a missing key sent together fail alone, GETs beside them "
+    "are answered") {
+  // Four connections send their GET at once, so the relay usually batches
+  // them in one loop turn (two GETs of a missing key, two of a present one,
+  // each pair possibly shared upstream). Whatever the batching, the missing
+  // key's callers are closed with nothing sent and the others get the value.
+  namespace v2 = tcpstore::test::v2;
+  using tcpstore::test::byte;
+  using tcpstore::test::RawConn;
+  using tcpstore::test::str;
+  Pair p = startPair();
+  Client setter = connectTo(p.upstream->port());
+  REQUIRE(setter.set("present", "value"));  // the wire key is "/present"
+  const auto before = p.relay->counters();
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    std::vector<RawConn> conns;
+    for (int i = 0; i < 4; ++i) {
+      conns.push_back(RawConn::connect(p.relay->port()));
+      REQUIRE(conns.back().handshake());
+    }
+    std::vector<std::string> reqs = {
+        byte(v2::kGet) + str("/missing"), byte(v2::kGet) + str("/missing"),
+        byte(v2::kGet) + str("/present"), byte(v2::kGet) + str("/present")};
+    for (int i = 0; i < 4; ++i) REQUIRE(conns[i].send(reqs[i]));
+    for (int i = 2; i < 4; ++i) CHECK(conns[i].recv(8 + 5) == str("value"));
+    for (int i = 0; i < 2; ++i) {
+      std::string got;
+      CHECK(conns[i].waitClosed(&got));
+      CHECK(got.empty());
+    }
+  }
+  const auto after = p.relay->counters();
+  MESSAGE("coalesced " << after.relay_coalesced - before.relay_coalesced
+                       << " GETs into "
+                       << after.relay_upstream_reads -
+                              before.relay_upstream_reads
+                       << " upstream GETs over 20 rounds");
+  CHECK(setter.get("present").value() == "value");
+}
+
+TEST_CASE(
+    "relay: a request that breaks a rule upstream closes only its client") {
+  Pair p = startPair();
+  Client bad = connectTo(p.relay->port());
+  Client good = connectTo(p.relay->port());
+  REQUIRE(good.set("text", "not a number"));
+  auto r = bad.add("text", 1);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code() != StatusCode::kOk);
+  CHECK(good.add("fine", 3).value() == 3);
+  CHECK(good.get("text").value() == "not a number");
+}
+
+TEST_CASE(
+    "relay: an upstream that does not speak the extension fails the start") {
+  ClosingListener torchish;
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(torchish.port());
+  auto s = tcpstore::Server::start(r);
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().code() == StatusCode::kProtocolError);
+  CHECK(s.error().message().find(
+            "does not speak the tcpstore relay extension (is it a torch "
+            "server?)") != std::string::npos);
+
+  // The executable: exit 3 with the same words.
+  auto res = tcpstore::test::runProcess(
+      {kBin + "/tcpstore-server", "--host", "127.0.0.1", "--port", "0",
+       "--upstream", "127.0.0.1:" + std::to_string(torchish.port())},
+      20s);
+  CHECK(res.exit_code == 3);
+  CHECK(res.err.find("does not speak the tcpstore relay extension") !=
+        std::string::npos);
+  CHECK(res.out.find("listening on") == std::string::npos);
+}
+
+TEST_CASE("relay: nobody at the upstream address fails the start at once") {
+  ClosingListener placeholder;  // holds a port, then we use a closed one
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);  // bound, not listening: refused
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(port);
+  auto s = tcpstore::Server::start(r);
+  ::close(fd);
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().code() == StatusCode::kRefused);
+  r.upstream = "no-port";
+  CHECK(tcpstore::Server::start(r).error().code() ==
+        StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("relay: upstream killed and restarted mid-job (real processes)") {
+  Child upstream;
+  REQUIRE(upstream.start(
+      {kBin + "/tcpstore-server", "--host", "127.0.0.1", "--port", "0"}));
+  const std::uint16_t up_port = readPort(upstream);
+  Child relay;
+  REQUIRE(
+      relay.start({kBin + "/tcpstore-server", "--host", "127.0.0.1", "--port",
+                   "0", "--upstream", "127.0.0.1:" + std::to_string(up_port)}));
+  const std::uint16_t relay_port = readPort(relay);
+
+  // `a` gives up reconnecting after 1 s (the client library retries a
+  // closed connection until its connect timeout).
+  Client a = connectTo(relay_port, tcpstore::Dialect::kV2, 1s);
+  Client b = connectTo(relay_port);
+  REQUIRE(a.set("job/k", "v"));
+  CHECK(b.check({"job/k"}).value());  // (get() would count a WAIT upstream)
+  CHECK(a.add("job/n", 1).value() == 1);
+  // A rank blocked in a WAIT that only the dead upstream could release.
+  auto waiter =
+      std::async(std::launch::async, [&] { return b.wait({"job/never"}); });
+  REQUIRE(upstream.waitStderr(" wait=1 ", Clock::now() + scaled(10s),
+                              [&] { upstream.signal(SIGUSR1); }));
+
+  REQUIRE(::kill(upstream.pid(), SIGKILL) == 0);
+  (void)upstream.wait(Clock::now() + scaled(5s));
+  // The waiter gets a clean error (its connection closed), never a hang.
+  REQUIRE(waiter.wait_for(scaled(10s)) == std::future_status::ready);
+  CHECK_FALSE(waiter.get().isOk());
+  // So does a rank that had used the upstream: its connection was closed,
+  // and while the upstream is down the relay refuses its requests.
+  auto refused = a.add("job/n", 1);
+  CHECK_FALSE(refused.has_value());
+  REQUIRE(
+      relay.waitStderr("lost the upstream", Clock::now() + scaled(10s), [] {}));
+
+  // The upstream comes back on its port: the relay reconnects and serves.
+  Child again;
+  REQUIRE(again.start({kBin + "/tcpstore-server", "--host", "127.0.0.1",
+                       "--port", std::to_string(up_port)}));
+  REQUIRE(readPort(again) == up_port);
+  REQUIRE(relay.waitStderr("is back", Clock::now() + scaled(10s), [] {}));
+  Client c = connectTo(relay_port);
+  REQUIRE(c.set("job/k2", "w"));
+  CHECK(c.get("job/k2").value() == "w");
+  CHECK(c.add("job/n", 1).value() == 1);  // a fresh upstream: state is new
+  CHECK_FALSE(c.check({"job/k"}).value());
+
+  relay.signal(SIGUSR1);
+  REQUIRE(relay.waitStderr("reconnects=1", Clock::now() + scaled(10s),
+                           [&] { relay.signal(SIGUSR1); }));
+  relay.terminate();
+  auto rr = relay.wait(Clock::now() + scaled(10s));
+  CHECK(rr.exit_code == 0);
+  again.terminate();
+  CHECK(again.wait(Clock::now() + scaled(10s)).exit_code == 0);
+}
