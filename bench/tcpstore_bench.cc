@@ -5,6 +5,7 @@
 //   10000 tcpstore-bench ops --op echo            (the loopback round-trip
 //   floor) tcpstore-bench memory --addr ... --server-pid PID --keys 100000
 //   --idle 1000
+//   tcpstore-bench abuse --addr ... --server-pid PID   (issue 13's attacks)
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -20,6 +21,7 @@
 
 namespace {
 
+using tcpstore::bench::AbuseOptions;
 using tcpstore::bench::BarrierKind;
 using tcpstore::bench::CommonOptions;
 using tcpstore::bench::MemoryOptions;
@@ -36,6 +38,13 @@ modes:
   ops         --op set|get|add|mix|echo [--clients C] [--pipeline D] [--idle K]
               [--seconds T] [--warmup S] [--keys N] [--value-bytes B]
   memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
+  abuse       --server-pid PID [--scale F] [--hold S] [--settle S] [--hog-values N]
+              [--probe-ms MS] [--only partial,nonreaders,waits,collide,owed,hog]
+              every attack of issue 13 at full size (F=1), one after another,
+              while a probe client does a verified SET+GET every MS (1.5) ms;
+              prints RSS, probe latency and closes per attack and the targets.
+              Sends ~2 GiB and holds up to ~1 GiB of server memory per attack
+              with the default budget; default --timeout 600 here
 
 common options:
   --addr HOST:PORT    server address (default 127.0.0.1:29500; ignored by ops --op echo)
@@ -81,13 +90,16 @@ int main(int argc, char** argv) {
     return argc < 2 ? 64 : 0;
   }
   const std::string mode = argv[1];
-  if (mode != "rendezvous" && mode != "ops" && mode != "memory") {
+  if (mode != "rendezvous" && mode != "ops" && mode != "memory" &&
+      mode != "abuse") {
     return usageError("unknown mode '" + mode + "'");
   }
   CommonOptions common;
   RendezvousOptions rdv;
   OpsOptions ops;
   MemoryOptions mem;
+  AbuseOptions abuse;
+  bool timeout_set = false;
   std::string addr = "127.0.0.1:29500";
   int pin_cpu = -1;
   for (int i = 2; i < argc; ++i) {
@@ -127,6 +139,7 @@ int main(int argc, char** argv) {
     } else if (a == "--timeout") {
       ok = parseDouble(v, common.timeout_s) && common.timeout_s > 0 &&
            common.timeout_s <= 3600;
+      timeout_set = true;
     } else if (a == "--json") {
       common.json_path = v;
     } else if (a == "--pin-cpu") {
@@ -188,6 +201,22 @@ int main(int argc, char** argv) {
       mem.value_bytes = ops.value_bytes;
     } else if (a == "--key-bytes") {
       ok = parseInt(v, mem.key_bytes) && mem.key_bytes <= 8192;
+    } else if (a == "--scale") {
+      ok = parseDouble(v, abuse.scale) && abuse.scale > 0 && abuse.scale <= 1;
+    } else if (a == "--hold") {
+      ok = parseDouble(v, abuse.hold_s) && abuse.hold_s >= 0 &&
+           abuse.hold_s <= 600;
+    } else if (a == "--settle") {
+      ok = parseDouble(v, abuse.settle_s) && abuse.settle_s >= 0 &&
+           abuse.settle_s <= 600;
+    } else if (a == "--hog-values") {
+      ok = parseInt(v, abuse.hog_values) && abuse.hog_values >= 1 &&
+           abuse.hog_values <= 2048;
+    } else if (a == "--probe-ms") {
+      ok = parseDouble(v, abuse.probe_ms) && abuse.probe_ms >= 0.1 &&
+           abuse.probe_ms <= 1000;
+    } else if (a == "--only") {
+      abuse.only = v;
     } else {
       return usageError("unknown option " + std::string(a));
     }
@@ -201,6 +230,7 @@ int main(int argc, char** argv) {
                       ? BarrierKind::kV113
                       : BarrierKind::kV2;
   }
+  if (mode == "abuse" && !timeout_set) common.timeout_s = 600;
   if (common.key_prefix.empty()) {
     std::random_device rd;
     common.key_prefix = fmt::format("b{:08x}", rd());
@@ -229,5 +259,6 @@ int main(int argc, char** argv) {
   }
   if (mode == "rendezvous") return tcpstore::bench::runRendezvous(common, rdv);
   if (mode == "ops") return tcpstore::bench::runOps(common, ops);
+  if (mode == "abuse") return tcpstore::bench::runAbuse(common, abuse);
   return tcpstore::bench::runMemory(common, mem);
 }
