@@ -354,3 +354,44 @@ TEST_CASE("budget: partial large requests are paused under the budget") {
   REQUIRE(honest.send(byte(v2::kGet) + str("/after")));
   CHECK(honest.recv(12) == u64le(4) + "fine");
 }
+
+// A MULTI_SET of many values crosses a field boundary after each value; the
+// bytes read there (the next key's header and what follows) must be charged
+// and paused like the bytes inside a value, or each connection's buffer
+// doubles unchecked once per value.
+TEST_CASE("budget: partial MULTI_SETs are paused at every field boundary") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  constexpr int kValues = 12;
+  const std::string value(1024 * 1024, 'm');
+  std::string body = u64le(kValues);
+  for (int k = 0; k < kValues; ++k) {
+    body += str("/mpart/" + std::to_string(k)) + str(value);
+  }
+  body.resize(body.size() - value.size() / 2);  // stop inside the last value
+  std::vector<RawConn> hogs;
+  std::size_t offered = 0;
+  for (int i = 0; i < 6; ++i) {  // each: most of one 12 MiB MULTI_SET
+    RawConn h = conn2(*s);
+    REQUIRE(h.send(byte(v2::kMultiSet)));
+    offered += sendFor(h, body, milliseconds(300));
+    hogs.push_back(std::move(h));
+    REQUIRE(pingFence(honest));  // served throughout
+  }
+  REQUIRE(pingFence(honest));
+  const auto c = s->counters();
+  MESSAGE("offered " << offered / 1024 << " KiB; server charged "
+                     << c.memory_bytes / 1024 << " KiB; input paused "
+                     << c.budget_input_paused);
+  CHECK(offered > 3 * kBudget);  // the attack is real
+  CHECK(c.budget_input_paused >= 1);
+  CHECK(c.memory_bytes <= kBudget);
+  // A small SET from the honest client is not refused.
+  REQUIRE(honest.send(byte(v2::kSet) + str("/after") + str("fine")));
+  REQUIRE(honest.send(byte(v2::kGet) + str("/after")));
+  CHECK(honest.recv(12) == u64le(4) + "fine");
+  CHECK(s->counters().budget_refused == 0);
+  CHECK(pingFence(honest));
+}
