@@ -64,9 +64,9 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   void route(const store::Effects& fx, Connection* self);
   void rejectRequest(Connection& c, protocol::Command cmd, const Status& st);
   // Refuses `req` (closing `c` after its owed replies) if `extra` more bytes
-  // would cross the memory budget.
+  // would cross the memory budget (its soft line if `large`).
   bool refusedForBudget(Connection& c, const protocol::Request& req,
-                        std::uint64_t extra);
+                        std::uint64_t extra, bool large = false);
   static bool isReadOnly(protocol::Command cmd) noexcept;
   std::int64_t joinCount(const protocol::Request& req) const noexcept;
   void noteJoin(std::int64_t count, const store::Effects& fx,

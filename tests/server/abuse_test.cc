@@ -395,3 +395,43 @@ TEST_CASE("budget: partial MULTI_SETs are paused at every field boundary") {
   CHECK(s->counters().budget_refused == 0);
   CHECK(pingFence(honest));
 }
+
+// Replies of normal size are always sent to clients that read; a client
+// that does not read and asks for more small replies while the server is
+// near its budget is refused, so the last part of the budget stays for the
+// honest clients (whose small SETs are refused only at the budget itself).
+TEST_CASE("budget: non-readers of small replies do not crowd out honest SETs") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string value(48 * 1024, 's');  // a reply of normal size
+  REQUIRE(honest.send(byte(v2::kSet) + str("/s") + str(value)));
+  REQUIRE(pingFence(honest));
+  std::vector<RawConn> hogs;
+  std::string m;
+  for (int k = 0; k < 200; ++k) m += byte(v2::kGet) + str("/s");  // 9.6 MiB
+  for (int i = 0; i < 2; ++i) {
+    RawConn h = RawConn::connect(s->port(), "127.0.0.1", 16 * 1024);
+    REQUIRE(h.ok());
+    REQUIRE(h.handshake());
+    REQUIRE(h.send(m));
+    hogs.push_back(std::move(h));
+  }
+  // The honest client keeps storing and reading small values meanwhile.
+  const auto end = Clock::now() + milliseconds(600);
+  int round = 0;
+  while (Clock::now() < end) {
+    const std::string k = "/honest/" + std::to_string(round % 16);
+    const std::string v = "v" + std::to_string(round++);
+    REQUIRE(honest.send(byte(v2::kSet) + str(k) + str(v) + byte(v2::kGet) +
+                        str(k)));
+    REQUIRE(honest.recv(8 + v.size()) == u64le(v.size()) + v);
+  }
+  MESSAGE(round << " honest rounds; refused " << s->counters().budget_refused
+                << ", dropped " << s->counters().budget_dropped);
+  CHECK(s->counters().budget_refused + s->counters().budget_dropped >= 1);
+  CHECK(pingFence(honest));
+  CHECK(eventually(
+      [&] { return s->counters().memory_bytes <= o.limits.max_memory_bytes; }));
+}
