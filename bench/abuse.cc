@@ -93,7 +93,8 @@ class Abuse {
 
   Phase& begin(std::string name, std::string what);
   void end(Phase& p);
-  void settle(Phase& p, std::int64_t target);
+  void settle(Phase& p, std::int64_t target, std::int64_t limit,
+              std::int64_t plateau);
   void hold(std::vector<RawSock>& socks, Phase& p);
   bool deleteKeys(const std::vector<std::string>& keys);
 
@@ -152,19 +153,23 @@ void Abuse::end(Phase& p) {
   }
 }
 
-// Waits until the server's RSS is down to `target`, or has not fallen for
-// 3 s, or --settle passed; records it as the phase's "after".
-void Abuse::settle(Phase& p, std::int64_t target) {
-  const std::int64_t end = within(settle_ns_);
+// Waits until the server's RSS is down to `target`, or (with a plateau) has
+// not fallen for that long, or `limit` passed (at most --settle); records
+// it as the phase's "after".
+void Abuse::settle(Phase& p, std::int64_t target, std::int64_t limit,
+                   std::int64_t plateau) {
+  const std::int64_t t0 = nowNs();
+  const std::int64_t end = within(limit);
   std::int64_t best = sampler_.now(), best_at = nowNs();
   while (best >= 0 && best > target && nowNs() < end &&
-         nowNs() - best_at < 3 * kSec) {
+         (plateau <= 0 || nowNs() - best_at < plateau)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::int64_t r = sampler_.now();
     if (r < best - kMiB / 2) best_at = nowNs();
     best = std::min(best, r);
   }
   p.rss_after = sampler_.now();
+  p.figures.emplace_back("settle_s", static_cast<double>(nowNs() - t0) / 1e9);
 }
 
 // Keeps the attack up for the hold time, counting the connections the
@@ -268,10 +273,14 @@ void Abuse::partial() {
   p.closed = std::max(p.closed, closed_sending);
   p.figures = {{"offered_mib", static_cast<double>(offered) / kMiB},
                {"request_mib", static_cast<double>(full.size()) / kMiB}};
-  p.notes =
-      fmt::format("{:.0f} MiB offered", static_cast<double>(offered) / kMiB);
+  // A peer whose bytes wait in a full window cannot get its FIN through:
+  // the server frees a paused partial request at --partial-request-ms.
   socks.clear();
-  settle(p, p.rss_before);
+  settle(p, p.rss_before + 16 * kMiB,
+         static_cast<std::int64_t>(o_.partial_linger_s * 1e9), 0);
+  p.notes =
+      fmt::format("{:.0f} MiB offered; RSS back {:.1f} s after the hang-up",
+                  static_cast<double>(offered) / kMiB, p.figures.back().second);
   end(p);
 }
 
@@ -356,7 +365,7 @@ void Abuse::nonreaders() {
       fmt::format("{} dropped, {} read all replies exact{}", dropped, complete,
                   corrupt ? fmt::format(", {} CORRUPT", corrupt) : "");
   socks.clear();
-  settle(p, p.rss_before);
+  settle(p, p.rss_before + 16 * kMiB, settle_ns_, 3 * kSec);
   end(p);
 }
 
@@ -403,9 +412,9 @@ void Abuse::waits() {
       fmt::format("the {} WAIT connections dropped at once", socks.size()));
   const std::int64_t t0 = nowNs();
   socks.clear();
-  settle(d, 2 * rss_preload);
-  d.figures = {{"rss_preload_mib", static_cast<double>(rss_preload) / kMiB},
-               {"settle_s", static_cast<double>(nowNs() - t0) / 1e9}};
+  settle(d, 2 * rss_preload, settle_ns_, 0);
+  d.figures.emplace_back("rss_preload_mib",
+                         static_cast<double>(rss_preload) / kMiB);
   d.ok = true;
   d.notes = fmt::format(
       "RSS {:.0f} MiB {:.1f} s after the drop ({:.0f} MiB before the WAITs)",
@@ -567,7 +576,7 @@ void Abuse::hog() {
                         stored.size() * 8, deleted ? ", then deleted" : "");
   if (!refused)
     p.notes = fmt::format("NOT refused: stopped at {} values", stored.size());
-  settle(p, p.rss_before);
+  settle(p, p.rss_before + 16 * kMiB, settle_ns_, 3 * kSec);
   end(p);
 }
 

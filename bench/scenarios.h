@@ -61,8 +61,11 @@ struct MemoryOptions {
 // multiplied by `scale` (1: the full sizes).
 struct AbuseOptions {
   double scale = 1;
-  double hold_s = -1;     // each attack's load held this long; <0: 3 s x scale
-  double settle_s = 10;   // bound on waiting for the server's RSS to come back
+  double hold_s = -1;    // each attack's load held this long; <0: 3 s x scale
+  double settle_s = 30;  // bound on waiting for the server's RSS to come back
+  // After the partial attack hangs up: the server frees those buffers at its
+  // --partial-request-ms (default 60 s; its sweep runs every 5 s).
+  double partial_linger_s = 70;
   int hog_values = 512;   // most 8 MiB values the storing client offers
   double probe_ms = 1.5;  // the probe's round-trip period
   std::string only;       // comma-separated attack names; empty: all

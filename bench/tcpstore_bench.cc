@@ -39,6 +39,7 @@ modes:
               [--seconds T] [--warmup S] [--keys N] [--value-bytes B]
   memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
   abuse       --server-pid PID [--scale F] [--hold S] [--settle S] [--hog-values N]
+              [--partial-linger S]
               [--probe-ms MS] [--only partial,nonreaders,waits,collide,owed,hog]
               every attack of issue 13 at full size (F=1), one after another,
               while a probe client does a verified SET+GET every MS (1.5) ms;
@@ -209,6 +210,9 @@ int main(int argc, char** argv) {
     } else if (a == "--settle") {
       ok = parseDouble(v, abuse.settle_s) && abuse.settle_s >= 0 &&
            abuse.settle_s <= 600;
+    } else if (a == "--partial-linger") {
+      ok = parseDouble(v, abuse.partial_linger_s) &&
+           abuse.partial_linger_s >= 0 && abuse.partial_linger_s <= 600;
     } else if (a == "--hog-values") {
       ok = parseInt(v, abuse.hog_values) && abuse.hog_values >= 1 &&
            abuse.hog_values <= 2048;
