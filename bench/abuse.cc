@@ -138,6 +138,7 @@ Phase& Abuse::begin(std::string name, std::string what) {
   p.rss_before = sampler_.now();
   sampler_.setPhase(idx);
   phase_t0_ = nowNs();
+  p.t0_ns = phase_t0_;
   phase_cpu0_ = c_.server_pid > 0 ? processCpuSeconds(c_.server_pid) : -1;
   return p;
 }

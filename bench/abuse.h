@@ -23,6 +23,7 @@ struct Phase {
   int closed = 0;    // of those, closed by the server
   std::int64_t rss_before = -1, rss_peak = -1, rss_after = -1;
   double seconds = 0;
+  std::int64_t t0_ns = 0;  // the phase began (nowNs clock)
   double server_cpu_s = -1;
   ProbeStats probe;
   // Attack-specific figures (name, value), in the JSON and the notes.

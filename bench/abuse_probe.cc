@@ -325,7 +325,7 @@ void Probe::run() {
     const int phase = phase_.load();
     const std::int64_t t0 = nowNs();
     const bool ok = roundTrip(n);
-    samples_.push_back({phase, nowNs() - t0});
+    samples_.push_back({phase, t0, nowNs() - t0});
     if (!ok) {
       ++lost_[phase];
       // A value whose SET may or may not have been applied is unknown.
@@ -341,8 +341,14 @@ void Probe::run() {
 ProbeStats Probe::stats(int phase) const {
   ProbeStats s;
   std::vector<std::int64_t> ns;
+  std::int64_t worst = -1;
   for (const Sample& x : samples_) {
-    if (x.phase == phase) ns.push_back(x.ns);
+    if (x.phase != phase) continue;
+    ns.push_back(x.ns);
+    if (x.ns > worst) {
+      worst = x.ns;
+      s.max_at_ns = x.at;
+    }
   }
   s.round_trips = ns.size();
   s.data_errors = data_errors_[phase];

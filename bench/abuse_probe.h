@@ -94,6 +94,7 @@ class RssSampler {
 struct ProbeStats {
   std::uint64_t round_trips = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  std::int64_t max_at_ns = 0;     // when the slowest round trip was sent
   std::uint64_t data_errors = 0;  // a GET returned other bytes than stored
   std::uint64_t lost = 0;         // round trips that failed (closed, timed out)
 };
@@ -121,7 +122,8 @@ class Probe {
   static constexpr int kKeys = 32;
   struct Sample {
     int phase;
-    std::int64_t ns;
+    std::int64_t at;  // sent (nowNs clock)
+    std::int64_t ns;  // round trip
   };
   void run();
   bool roundTrip(std::uint64_t n);

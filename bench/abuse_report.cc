@@ -68,8 +68,12 @@ std::vector<Verdict> judge(const RunSummary& run) {
                                worst_p99->probe.p99_ms, worst_p99->name),
                    worst_p99->probe.p99_ms < 50});
     out.push_back({"no single stall > 100 ms",
-                   fmt::format("{:.1f} ms longest probe round trip ({})",
-                               worst_max->probe.max_ms, worst_max->name),
+                   fmt::format("{:.1f} ms longest probe round trip ({}, "
+                               "sent {:.1f} s into it)",
+                               worst_max->probe.max_ms, worst_max->name,
+                               static_cast<double>(worst_max->probe.max_at_ns -
+                                                   worst_max->t0_ns) /
+                                   1e9),
                    worst_max->probe.max_ms <= 100});
   }
   if (const Phase* c = find(run, "collide")) {
@@ -159,6 +163,10 @@ std::string reportJson(const RunSummary& run) {
         .num("probe_p50_ms", p.probe.p50_ms)
         .num("probe_p99_ms", p.probe.p99_ms)
         .num("probe_max_ms", p.probe.max_ms)
+        .num("probe_max_at_s",
+             p.probe.round_trips == 0
+                 ? 0
+                 : static_cast<double>(p.probe.max_at_ns - p.t0_ns) / 1e9)
         .integer("probe_data_errors",
                  static_cast<std::int64_t>(p.probe.data_errors))
         .integer("probe_lost", static_cast<std::int64_t>(p.probe.lost))
