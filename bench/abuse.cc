@@ -146,6 +146,7 @@ Phase& Abuse::begin(std::string name, std::string what) {
 void Abuse::end(Phase& p) {
   const int idx = static_cast<int>(&p - run_.phases.data());
   p.rss_peak = sampler_.peak(idx);
+  p.sched_lag_ms = sampler_.lagMs(idx);
   if (p.rss_after < 0) p.rss_after = sampler_.now();
   p.rss_peak = std::max(p.rss_peak, std::max(p.rss_before, p.rss_after));
   p.seconds = static_cast<double>(nowNs() - phase_t0_) / 1e9;

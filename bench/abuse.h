@@ -26,6 +26,7 @@ struct Phase {
   std::int64_t t0_ns = 0;  // the phase began (nowNs clock)
   double server_cpu_s = -1;
   ProbeStats probe;
+  double sched_lag_ms = 0;  // the bench's own worst scheduling delay
   // Attack-specific figures (name, value), in the JSON and the notes.
   std::vector<std::pair<std::string, double>> figures;
   std::string notes;  // for the table

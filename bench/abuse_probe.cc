@@ -205,14 +205,22 @@ bool RawSock::waitClosed(std::int64_t deadline, std::string* got) {
 
 RssSampler::RssSampler(int pid) {
   for (auto& p : peak_) p.store(-1);
-  if (pid <= 0) return;
-  fd_ =
-      ::open(fmt::format("/proc/{}/statm", pid).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) return;
+  for (auto& l : lag_) l.store(0);
+  if (pid > 0) {
+    fd_ = ::open(fmt::format("/proc/{}/statm", pid).c_str(),
+                 O_RDONLY | O_CLOEXEC);
+  }
   thread_ = std::thread([this] {
+    constexpr std::int64_t kPeriod = 5000000;
     while (!stop_.load()) {
-      note(now());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (fd_ >= 0) note(now());
+      const std::int64_t t = nowNs();
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kPeriod));
+      const std::int64_t late = nowNs() - t - kPeriod;
+      auto& l = lag_[phase_.load()];
+      std::int64_t cur = l.load();
+      while (late > cur && !l.compare_exchange_weak(cur, late)) {
+      }
     }
   });
 }

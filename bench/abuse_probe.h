@@ -71,7 +71,9 @@ class RawSock {
 inline constexpr int kMaxPhases = 16;
 
 // Reads the server's RSS every few milliseconds in its own thread and keeps
-// the peak of each phase (setPhase). pid 0: every figure is -1.
+// the peak of each phase (setPhase). pid 0: every figure is -1. Also keeps
+// each phase's longest oversleep of that thread (asked for 5 ms): the
+// machine's own scheduling delay, beside which a probe stall is judged.
 class RssSampler {
  public:
   explicit RssSampler(int pid);
@@ -81,12 +83,16 @@ class RssSampler {
   std::int64_t now() const;  // RSS right now, bytes
   void setPhase(int phase);  // also records now() as the phase's first sample
   std::int64_t peak(int phase) const { return peak_[phase].load(); }
+  double lagMs(int phase) const {
+    return static_cast<double>(lag_[phase].load()) / 1e6;
+  }
 
  private:
   void note(std::int64_t rss);
   int fd_ = -1;
   std::atomic<int> phase_{0};
   std::array<std::atomic<std::int64_t>, kMaxPhases> peak_{};
+  std::array<std::atomic<std::int64_t>, kMaxPhases> lag_{};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -435,3 +435,67 @@ TEST_CASE("budget: non-readers of small replies do not crowd out honest SETs") {
   CHECK(eventually(
       [&] { return s->counters().memory_bytes <= o.limits.max_memory_bytes; }));
 }
+
+// The largest-first drop, end to end: non-readers hold output under the
+// soft line (their GETs were accepted), then honest clients' small SETs
+// take the total past it. The server drops the largest non-reader, and only
+// as many as needed; the smaller non-reader and the honest client keep
+// every byte.
+TEST_CASE("budget: past the soft line the largest non-reader is dropped") {
+  constexpr int kPinned = 16 * 1024;  // both ends: replies stay queued
+  BoundPort listen;
+  REQUIRE(listen.pinSendBuffer(kPinned));
+  tcpstore::ServerOptions o;
+  o.port = listen.port();
+  o.listen_fd = listen.release();
+  o.limits.max_memory_bytes = 2 * kBudget;  // 16 MiB, soft line 15 MiB
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string value(1024 * 1024, 'd');
+  REQUIRE(honest.send(byte(v2::kSet) + str("/big") + str(value)));
+  REQUIRE(pingFence(honest));
+  // Two non-readers: 2 and 9 MiB of replies (12 MiB with the value).
+  std::vector<RawConn> hogs;
+  for (int gets : {2, 9}) {
+    RawConn h = RawConn::connect(s->port(), "127.0.0.1", kPinned);
+    REQUIRE(h.ok());
+    REQUIRE(h.handshake());
+    std::string m;
+    for (int k = 0; k < gets; ++k) m += byte(v2::kGet) + str("/big");
+    REQUIRE(h.send(m));
+    REQUIRE(h.send(pingMsg(77)));  // answered once its GETs were taken
+    hogs.push_back(std::move(h));
+  }
+  REQUIRE(eventually([&] {
+    return s->counters().memory_bytes > 11 * 1024 * 1024;  // all queued
+  }));
+  CHECK(s->counters().budget_refused == 0);
+  // The server counts a client as not reading once its output made no
+  // progress for 100 ms: round trips on the honest connection until both
+  // non-readers are past that (as in the slow-request test above).
+  const auto until = Clock::now() + milliseconds(250);
+  while (Clock::now() < until) REQUIRE(pingFence(honest));
+  // The honest client stores 3.5 MiB in values of normal size (48 KiB): the
+  // total passes the soft line (15 MiB), not the budget.
+  const std::string small(48 * 1024, 'h');
+  for (int i = 0; i < 75; ++i) {
+    REQUIRE(honest.send(byte(v2::kSet) + str("/h/" + std::to_string(i)) +
+                        str(small)));
+  }
+  REQUIRE(pingFence(honest));
+  CHECK(hogs[1].waitClosed(nullptr, milliseconds(10000)));
+  CHECK(eventually([&] { return s->counters().budget_dropped >= 1; }));
+  CHECK(s->counters().budget_dropped == 1);
+  CHECK(s->counters().memory_bytes <= o.limits.max_memory_bytes);
+  // The smaller non-reader reads now: every reply, exact.
+  std::string want;
+  for (int k = 0; k < 2; ++k) want += u64le(value.size()) + value;
+  want += u32le(77);
+  CHECK(hogs[0].recv(want.size(), milliseconds(10000)) == want);
+  // The honest client's values are all there.
+  for (int i = 0; i < 75; i += 12) {
+    REQUIRE(honest.send(byte(v2::kGet) + str("/h/" + std::to_string(i))));
+    CHECK(honest.recv(8 + small.size()) == u64le(small.size()) + small);
+  }
+  CHECK(s->counters().budget_refused == 0);
+}
