@@ -280,9 +280,10 @@ void Abuse::partial() {
   socks.clear();
   settle(p, p.rss_before + 16 * kMiB,
          static_cast<std::int64_t>(o_.partial_linger_s * 1e9), 0);
-  p.notes =
-      fmt::format("{:.0f} MiB offered; RSS back {:.1f} s after the hang-up",
-                  static_cast<double>(offered) / kMiB, p.figures.back().second);
+  p.notes = fmt::format(
+      "{:.0f} MiB offered; RSS {:.0f} MiB {:.1f} s after the hang-up",
+      static_cast<double>(offered) / kMiB,
+      static_cast<double>(p.rss_after) / kMiB, p.figures.back().second);
   end(p);
 }
 
