@@ -1,5 +1,5 @@
 // The scenarios of tcpstore-bench: rendezvous, ops (and its echo floor),
-// memory.
+// memory, abuse.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,20 @@ struct MemoryOptions {
   int value_bytes = 8;
 };
 
+// abuse: the attacks of issue 13 one after another (bench/abuse.cc), sizes
+// multiplied by `scale` (1: the issue's full sizes).
+struct AbuseOptions {
+  double scale = 1;
+  double hold_s = -1;    // each attack's load held this long; <0: 3 s x scale
+  double settle_s = 30;  // bound on waiting for the server's RSS to come back
+  // After the partial attack hangs up: the server frees those buffers at its
+  // --partial-request-ms (default 60 s; its sweep runs every 5 s).
+  double partial_linger_s = 70;
+  int hog_values = 512;   // most 8 MiB values the storing client offers
+  double probe_ms = 1.5;  // the probe's round-trip period
+  std::string only;       // comma-separated attack names; empty: all
+};
+
 // Each returns the process exit code (0 ok, 1 error, 2 did not finish).
 int runRendezvous(const CommonOptions& common, const RendezvousOptions& opt);
 
@@ -67,5 +81,10 @@ int startEchoServer(Endpoint& ep);
 void stopChild(int pid);
 int runOps(const CommonOptions& common, const OpsOptions& opt);
 int runMemory(const CommonOptions& common, const MemoryOptions& opt);
+// 0: every attack ran and the honest clients' data stayed exact; 1: a
+// correctness failure (data, a lost probe, a reply owed before a protocol
+// error missing); 2: --timeout passed first. Speed targets are reported,
+// never turned into the exit code.
+int runAbuse(const CommonOptions& common, const AbuseOptions& opt);
 
 }  // namespace tcpstore::bench

@@ -1,13 +1,16 @@
 #!/bin/bash
 # Smoke test of tcpstore-bench against tcpstore-server (behaviour, not speed):
-# every scenario finishes with zero connection errors and writes its JSON.
+# every scenario finishes with zero connection errors and writes its JSON;
+# abuse (scaled down, against a second server with an 8 MiB budget so the
+# budget's refusals happen) finishes with the honest clients' data exact.
 #   bench/smoke_test.sh BIN_DIR
 set -euo pipefail
 BIN=${1:?usage: smoke_test.sh BIN_DIR}
 TMP=$(mktemp -d /tmp/tcpstore-bench-smoke.XXXXXX)
 SERVER_PID=
+ABUSE_PID=
 cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  for p in $SERVER_PID $ABUSE_PID; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -49,4 +52,19 @@ grep -q '"checks": 64' "$TMP/hb.json" || { echo "FAIL: heartbeat did not answer 
 grep -q '"keys": 2000' "$TMP/mem.json" || { echo "FAIL: memory did not store 2000 keys"; exit 1; }
 "${B[@]}" ops --op echo --seconds 0.3 --warmup 0.1 --quiet >"$TMP/echo.out" || { echo "FAIL: echo"; exit 1; }
 cat "$TMP/echo.out"
+
+"$BIN/tcpstore-server" --port 0 --host 127.0.0.1 --log-level error --max-memory-bytes 8388608 \
+  --partial-request-ms 1000 >"$TMP/abuse-server.out" 2>"$TMP/abuse-server.err" &
+ABUSE_PID=$!
+for _ in $(seq 100); do grep -q '^listening on ' "$TMP/abuse-server.out" && break; sleep 0.05; done
+ABUSE_ADDR=$(sed -n 's/^listening on //p' "$TMP/abuse-server.out")
+[ -n "$ABUSE_ADDR" ] || { echo "FAIL: abuse server did not print 'listening on'"; exit 1; }
+rc=0
+"${B[@]}" abuse --addr "$ABUSE_ADDR" --server-pid "$ABUSE_PID" --scale 0.05 --hold 0.3 \
+  --settle 3 --partial-linger 5 --timeout 60 --quiet --json "$TMP/abuse.json" >"$TMP/abuse.out" || rc=$?
+if [ "$rc" != 0 ]; then echo "FAIL: abuse (exit code $rc)"; cat "$TMP/abuse.out"; exit 1; fi
+cat "$TMP/abuse.out"
+for want in '"finished": true' '"honest_exact": true' '"probe_lost": 0' '"first_reply_missing": 0' '"refused": 1'; do
+  grep -q "$want" "$TMP/abuse.json" || { echo "FAIL: abuse: no $want in its JSON"; exit 1; }
+done
 echo "PASS"

@@ -5,6 +5,7 @@
 //   10000 tcpstore-bench ops --op echo            (the loopback round-trip
 //   floor) tcpstore-bench memory --addr ... --server-pid PID --keys 100000
 //   --idle 1000
+//   tcpstore-bench abuse --addr ... --server-pid PID   (issue 13's attacks)
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -21,6 +22,7 @@
 
 namespace {
 
+using tcpstore::bench::AbuseOptions;
 using tcpstore::bench::BarrierKind;
 using tcpstore::bench::CommonOptions;
 using tcpstore::bench::MemoryOptions;
@@ -39,6 +41,14 @@ modes:
   memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
   nccl-scalable-init | gloo-mesh | heartbeat   --ranks N [--seconds T] [--echo-floor]
               torch 2.x init load (bench/init_scenarios.h); heartbeat holds --seconds
+  abuse       --server-pid PID [--scale F] [--hold S] [--settle S] [--hog-values N]
+              [--partial-linger S]
+              [--probe-ms MS] [--only partial,nonreaders,waits,collide,owed,hog]
+              every attack of issue 13 at full size (F=1), one after another,
+              while a probe client does a verified SET+GET every MS (1.5) ms;
+              prints RSS, probe latency and closes per attack and the targets.
+              Sends ~2 GiB and holds up to ~1 GiB of server memory per attack
+              with the default budget; default --timeout 600 here
 
 common options:
   --addr HOST:PORT    server address (default 127.0.0.1:29500; ignored by ops --op echo)
@@ -87,13 +97,16 @@ int main(int argc, char** argv) {
   tcpstore::bench::InitScenario init_scenario{};
   const bool init_mode =
       tcpstore::bench::parseInitScenario(mode, init_scenario);
-  if (mode != "rendezvous" && mode != "ops" && mode != "memory" && !init_mode) {
+  if (mode != "rendezvous" && mode != "ops" && mode != "memory" &&
+      mode != "abuse" && !init_mode) {
     return usageError("unknown mode '" + mode + "'");
   }
   CommonOptions common;
   RendezvousOptions rdv;
   OpsOptions ops;
   MemoryOptions mem;
+  AbuseOptions abuse;
+  bool timeout_set = false;
   std::string addr = "127.0.0.1:29500";
   int pin_cpu = -1;
   for (int i = 2; i < argc; ++i) {
@@ -133,6 +146,7 @@ int main(int argc, char** argv) {
     } else if (a == "--timeout") {
       ok = parseDouble(v, common.timeout_s) && common.timeout_s > 0 &&
            common.timeout_s <= 3600;
+      timeout_set = true;
     } else if (a == "--json") {
       common.json_path = v;
     } else if (a == "--pin-cpu") {
@@ -194,6 +208,25 @@ int main(int argc, char** argv) {
       mem.value_bytes = ops.value_bytes;
     } else if (a == "--key-bytes") {
       ok = parseInt(v, mem.key_bytes) && mem.key_bytes <= 8192;
+    } else if (a == "--scale") {
+      ok = parseDouble(v, abuse.scale) && abuse.scale > 0 && abuse.scale <= 1;
+    } else if (a == "--hold") {
+      ok = parseDouble(v, abuse.hold_s) && abuse.hold_s >= 0 &&
+           abuse.hold_s <= 600;
+    } else if (a == "--settle") {
+      ok = parseDouble(v, abuse.settle_s) && abuse.settle_s >= 0 &&
+           abuse.settle_s <= 600;
+    } else if (a == "--partial-linger") {
+      ok = parseDouble(v, abuse.partial_linger_s) &&
+           abuse.partial_linger_s >= 0 && abuse.partial_linger_s <= 600;
+    } else if (a == "--hog-values") {
+      ok = parseInt(v, abuse.hog_values) && abuse.hog_values >= 1 &&
+           abuse.hog_values <= 2048;
+    } else if (a == "--probe-ms") {
+      ok = parseDouble(v, abuse.probe_ms) && abuse.probe_ms >= 0.1 &&
+           abuse.probe_ms <= 1000;
+    } else if (a == "--only") {
+      abuse.only = v;
     } else {
       return usageError("unknown option " + std::string(a));
     }
@@ -207,6 +240,7 @@ int main(int argc, char** argv) {
                       ? BarrierKind::kV113
                       : BarrierKind::kV2;
   }
+  if (mode == "abuse" && !timeout_set) common.timeout_s = 600;
   if (common.key_prefix.empty()) {
     std::random_device rd;
     common.key_prefix = fmt::format("b{:08x}", rd());
@@ -240,5 +274,6 @@ int main(int argc, char** argv) {
         common, {init_scenario, rdv.ranks, ops.seconds, rdv.echo_floor, 128});
   }
   if (mode == "ops") return tcpstore::bench::runOps(common, ops);
+  if (mode == "abuse") return tcpstore::bench::runAbuse(common, abuse);
   return tcpstore::bench::runMemory(common, mem);
 }

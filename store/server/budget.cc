@@ -4,10 +4,11 @@ namespace tcpstore::server {
 
 using protocol::Command;
 
-bool MemoryBudget::refuse(const MemoryUse& use,
-                          std::uint64_t extra) const noexcept {
+bool MemoryBudget::refuse(const MemoryUse& use, std::uint64_t extra,
+                          bool large) const noexcept {
   if (max_ == 0 || extra == 0) return false;
-  const std::uint64_t line = extra > kLargeRequestBytes ? softLine() : max_;
+  const std::uint64_t line =
+      large || extra > kLargeRequestBytes ? softLine() : max_;
   const std::uint64_t total = use.total();
   return total >= line || extra > line - total;
 }

@@ -14,9 +14,10 @@
 //    (a SET/APPEND/MULTI_SET/QUEUE_PUSH storing, a WAIT registering, a
 //    MULTI_GET/LIST_KEYS/GET reply): the connection is closed with a log
 //    line. Requests larger than kLargeRequestBytes are refused already past
-//    the soft line (15/16 of the budget), so the last sixteenth stays for
-//    clients of normal size, whose small requests are refused only at the
-//    budget itself;
+//    the soft line (15/16 of the budget), and so are the replies of any size
+//    to a connection whose unsent output is already larger (a client that
+//    does not read), so the last sixteenth stays for clients of normal size,
+//    whose small requests are refused only at the budget itself;
 //  - stop reading a connection whose partial request needs a buffer of its
 //    own (over kLargeRequestBytes) while the total is past the soft line;
 //    it reads again once the total is back under 7/8 (or is closed by
@@ -53,8 +54,10 @@ class MemoryBudget {
   std::uint64_t resumeLine() const noexcept { return max_ - max_ / 8; }
 
   // A request whose result adds `extra` bytes (see estimateBytes()) when the
-  // server holds `use`: true if it must be refused.
-  bool refuse(const MemoryUse& use, std::uint64_t extra) const noexcept;
+  // server holds `use`: true if it must be refused. `large` judges it as a
+  // large request whatever its size (a reply to a client already behind).
+  bool refuse(const MemoryUse& use, std::uint64_t extra,
+              bool large = false) const noexcept;
   // A connection about to grow its own input buffer by `growth` bytes to
   // hold a partial request of `partial` bytes: true if it must stop reading
   // instead.

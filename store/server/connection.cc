@@ -44,8 +44,13 @@ void Connection::onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept {
   auto* c = static_cast<Connection*>(h->data);
   // The rest of the current message fits the scratch buffer: read there (no
   // per-connection memory for the common small request). Otherwise read in
-  // place into the connection's own buffer.
-  if (c->need_ <= c->in_.size() + Connections::kScratchBytes) {
+  // place into the connection's own buffer. A large partial request reads in
+  // place at its field boundaries too (between two MULTI_SET values the next
+  // field is small): appending a scratch read would grow its buffer past
+  // the budget check below.
+  const bool large = !c->in_.empty() && c->in_.freeTail() < kMinFreeTail &&
+                     c->partialBytes() > kLargeRequestBytes;
+  if (!large && c->need_ <= c->in_.size() + Connections::kScratchBytes) {
     *buf = uv_buf_init(c->set_.scratch_.get(),
                        static_cast<unsigned>(Connections::kScratchBytes));
     return;

@@ -52,7 +52,7 @@ class Connection final : public Endpoint {
   std::string peerName() const override;
   // "1.13", "2.x", "mux" or "undecided".
   std::string_view dialectName() const noexcept override;
-  std::size_t unsentBytes() const noexcept { return outbox_.size(); }
+  std::size_t unsentBytes() const noexcept override { return outbox_.size(); }
   Outbox& outbox() noexcept { return outbox_; }
 
   // Queues `bytes` for the client, applying the output policy: a push the

@@ -76,9 +76,13 @@ void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
     return;
   }
   c.setPending(false);
-  // A reply of normal size is always sent; a large one must fit.
-  if (isReadOnly(req.command) && fx_.bytes().size() > kLargeRequestBytes &&
-      refusedForBudget(c, req, fx_.bytes().size()))
+  // A reply of normal size to a client that reads is always sent; a large
+  // one, or any reply to a client already behind by a large amount (one
+  // that does not read), must fit under the soft line.
+  if (isReadOnly(req.command) &&
+      (fx_.bytes().size() > kLargeRequestBytes ||
+       c.unsentBytes() > kLargeRequestBytes) &&
+      refusedForBudget(c, req, fx_.bytes().size(), true))
     return;  // the reply would cross the budget: nothing changed
   if (join != kNoCount) noteJoin(join, fx_, c.id());
   route(fx_, &c);
@@ -124,9 +128,9 @@ bool Dispatcher::isReadOnly(Command cmd) noexcept {
 }
 
 bool Dispatcher::refusedForBudget(Endpoint& c, const protocol::Request& req,
-                                  std::uint64_t extra) {
+                                  std::uint64_t extra, bool large) {
   const MemoryUse use = conns_.memoryUse();
-  if (!conns_.budget().refuse(use, extra)) return false;
+  if (!conns_.budget().refuse(use, extra, large)) return false;
   c.fail(ctr_.budget_refused,
          fmt::format("{} refused: it needs {} bytes and the server holds {} of "
                      "its {} byte memory budget",

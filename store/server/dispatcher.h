@@ -65,9 +65,9 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   void route(const store::Effects& fx, Endpoint* self);
   void rejectRequest(Endpoint& c, protocol::Command cmd, const Status& st);
   // Refuses `req` (closing `c` after its owed replies) if `extra` more bytes
-  // would cross the memory budget.
+  // would cross the memory budget (its soft line if `large`).
   bool refusedForBudget(Endpoint& c, const protocol::Request& req,
-                        std::uint64_t extra);
+                        std::uint64_t extra, bool large = false);
   static bool isReadOnly(protocol::Command cmd) noexcept;
   std::int64_t joinCount(const protocol::Request& req) const noexcept;
   void noteJoin(std::int64_t count, const store::Effects& fx,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <cstddef>
 #include <string_view>
 
 #include "protocol/message.h"
@@ -37,6 +38,9 @@ class Endpoint {
   // own request (false: a push it did not ask for, which the output policy
   // may refuse by dropping a client that is behind). Throws std::bad_alloc.
   virtual void send(std::string_view bytes, bool requested) = 0;
+  // Bytes queued for this client and not yet written: how far behind its
+  // reader is (the budget judges replies to clients far behind strictly).
+  virtual std::size_t unsentBytes() const noexcept = 0;
   // Decodes the requests buffered while pending (no-op while closing, or
   // while its decoding is on the stack). Throws std::bad_alloc.
   virtual void resume() = 0;

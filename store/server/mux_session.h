@@ -69,6 +69,9 @@ class Channel final : public Endpoint {
   std::string peerName() const override;
   std::string_view dialectName() const noexcept override;
   void send(std::string_view bytes, bool requested) override;
+  // 0: a channel's bytes go straight to its connection, whose reader is the
+  // relay (paused by flow control, never judged as a non-reading client).
+  std::size_t unsentBytes() const noexcept override { return 0; }
   void resume() override;
   void reject(Counter& counter, std::string_view reason) noexcept override;
   // A channel owes nothing that is not already queued on the connection (its

@@ -354,3 +354,148 @@ TEST_CASE("budget: partial large requests are paused under the budget") {
   REQUIRE(honest.send(byte(v2::kGet) + str("/after")));
   CHECK(honest.recv(12) == u64le(4) + "fine");
 }
+
+// A MULTI_SET of many values crosses a field boundary after each value; the
+// bytes read there (the next key's header and what follows) must be charged
+// and paused like the bytes inside a value, or each connection's buffer
+// doubles unchecked once per value.
+TEST_CASE("budget: partial MULTI_SETs are paused at every field boundary") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  constexpr int kValues = 12;
+  const std::string value(1024 * 1024, 'm');
+  std::string body = u64le(kValues);
+  for (int k = 0; k < kValues; ++k) {
+    body += str("/mpart/" + std::to_string(k)) + str(value);
+  }
+  body.resize(body.size() - value.size() / 2);  // stop inside the last value
+  std::vector<RawConn> hogs;
+  std::size_t offered = 0;
+  for (int i = 0; i < 6; ++i) {  // each: most of one 12 MiB MULTI_SET
+    RawConn h = conn2(*s);
+    REQUIRE(h.send(byte(v2::kMultiSet)));
+    offered += sendFor(h, body, milliseconds(300));
+    hogs.push_back(std::move(h));
+    REQUIRE(pingFence(honest));  // served throughout
+  }
+  REQUIRE(pingFence(honest));
+  const auto c = s->counters();
+  MESSAGE("offered " << offered / 1024 << " KiB; server charged "
+                     << c.memory_bytes / 1024 << " KiB; input paused "
+                     << c.budget_input_paused);
+  CHECK(offered > 3 * kBudget);  // the attack is real
+  CHECK(c.budget_input_paused >= 1);
+  CHECK(c.memory_bytes <= kBudget);
+  // A small SET from the honest client is not refused.
+  REQUIRE(honest.send(byte(v2::kSet) + str("/after") + str("fine")));
+  REQUIRE(honest.send(byte(v2::kGet) + str("/after")));
+  CHECK(honest.recv(12) == u64le(4) + "fine");
+  CHECK(s->counters().budget_refused == 0);
+  CHECK(pingFence(honest));
+}
+
+// Replies of normal size are always sent to clients that read; a client
+// that does not read and asks for more small replies while the server is
+// near its budget is refused, so the last part of the budget stays for the
+// honest clients (whose small SETs are refused only at the budget itself).
+TEST_CASE("budget: non-readers of small replies do not crowd out honest SETs") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string value(48 * 1024, 's');  // a reply of normal size
+  REQUIRE(honest.send(byte(v2::kSet) + str("/s") + str(value)));
+  REQUIRE(pingFence(honest));
+  std::vector<RawConn> hogs;
+  std::string m;
+  for (int k = 0; k < 200; ++k) m += byte(v2::kGet) + str("/s");  // 9.6 MiB
+  for (int i = 0; i < 2; ++i) {
+    RawConn h = RawConn::connect(s->port(), "127.0.0.1", 16 * 1024);
+    REQUIRE(h.ok());
+    REQUIRE(h.handshake());
+    REQUIRE(h.send(m));
+    hogs.push_back(std::move(h));
+  }
+  // The honest client keeps storing and reading small values meanwhile.
+  const auto end = Clock::now() + milliseconds(600);
+  int round = 0;
+  while (Clock::now() < end) {
+    const std::string k = "/honest/" + std::to_string(round % 16);
+    const std::string v = "v" + std::to_string(round++);
+    REQUIRE(honest.send(byte(v2::kSet) + str(k) + str(v) + byte(v2::kGet) +
+                        str(k)));
+    REQUIRE(honest.recv(8 + v.size()) == u64le(v.size()) + v);
+  }
+  MESSAGE(round << " honest rounds; refused " << s->counters().budget_refused
+                << ", dropped " << s->counters().budget_dropped);
+  CHECK(s->counters().budget_refused + s->counters().budget_dropped >= 1);
+  CHECK(pingFence(honest));
+  CHECK(eventually(
+      [&] { return s->counters().memory_bytes <= o.limits.max_memory_bytes; }));
+}
+
+// The largest-first drop, end to end: non-readers hold output under the
+// soft line (their GETs were accepted), then honest clients' small SETs
+// take the total past it. The server drops the largest non-reader, and only
+// as many as needed; the smaller non-reader and the honest client keep
+// every byte.
+TEST_CASE("budget: past the soft line the largest non-reader is dropped") {
+  constexpr int kPinned = 16 * 1024;  // both ends: replies stay queued
+  BoundPort listen;
+  REQUIRE(listen.pinSendBuffer(kPinned));
+  tcpstore::ServerOptions o;
+  o.port = listen.port();
+  o.listen_fd = listen.release();
+  o.limits.max_memory_bytes = 2 * kBudget;  // 16 MiB, soft line 15 MiB
+  auto s = ScopedServer::local(o);
+  RawConn honest = conn2(*s);
+  const std::string value(1024 * 1024, 'd');
+  REQUIRE(honest.send(byte(v2::kSet) + str("/big") + str(value)));
+  REQUIRE(pingFence(honest));
+  // Two non-readers: 2 and 9 MiB of replies (12 MiB with the value).
+  std::vector<RawConn> hogs;
+  for (int gets : {2, 9}) {
+    RawConn h = RawConn::connect(s->port(), "127.0.0.1", kPinned);
+    REQUIRE(h.ok());
+    REQUIRE(h.handshake());
+    std::string m;
+    for (int k = 0; k < gets; ++k) m += byte(v2::kGet) + str("/big");
+    REQUIRE(h.send(m));
+    REQUIRE(h.send(pingMsg(77)));  // answered once its GETs were taken
+    hogs.push_back(std::move(h));
+  }
+  REQUIRE(eventually([&] {
+    return s->counters().memory_bytes > 11 * 1024 * 1024;  // all queued
+  }));
+  CHECK(s->counters().budget_refused == 0);
+  // The server counts a client as not reading once its output made no
+  // progress for 100 ms: round trips on the honest connection until both
+  // non-readers are past that (as in the slow-request test above).
+  const auto until = Clock::now() + milliseconds(250);
+  while (Clock::now() < until) REQUIRE(pingFence(honest));
+  // The honest client stores 3.5 MiB in values of normal size (48 KiB): the
+  // total passes the soft line (15 MiB), not the budget.
+  const std::string small(48 * 1024, 'h');
+  for (int i = 0; i < 75; ++i) {
+    REQUIRE(honest.send(byte(v2::kSet) + str("/h/" + std::to_string(i)) +
+                        str(small)));
+  }
+  REQUIRE(pingFence(honest));
+  CHECK(hogs[1].waitClosed(nullptr, milliseconds(10000)));
+  CHECK(eventually([&] { return s->counters().budget_dropped >= 1; }));
+  CHECK(s->counters().budget_dropped == 1);
+  CHECK(s->counters().memory_bytes <= o.limits.max_memory_bytes);
+  // The smaller non-reader reads now: every reply, exact.
+  std::string want;
+  for (int k = 0; k < 2; ++k) want += u64le(value.size()) + value;
+  want += u32le(77);
+  CHECK(hogs[0].recv(want.size(), milliseconds(10000)) == want);
+  // The honest client's values are all there.
+  for (int i = 0; i < 75; i += 12) {
+    REQUIRE(honest.send(byte(v2::kGet) + str("/h/" + std::to_string(i))));
+    CHECK(honest.recv(8 + small.size()) == u64le(small.size()) + small);
+  }
+  CHECK(s->counters().budget_refused == 0);
+}
