@@ -6,8 +6,8 @@
 // dispatcher). Loop thread only.
 #pragma once
 
-#include <string>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "protocol/message.h"
