@@ -22,7 +22,7 @@ build_pkgs=(build-essential cmake ninja-build pkg-config libuv1-dev libfmt-dev d
   libbenchmark-dev nlohmann-json3-dev help2man libsodium-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   golang-etcd-server-dev golang-github-gogo-protobuf-dev golang-github-gogo-googleapis-dev)
-test_pkgs=(python3-torch debootstrap python3-matplotlib etcd-server)
+test_pkgs=(python3-torch debootstrap python3-matplotlib etcd-server openssl)
 
 log() { printf '[quickstart] %s\n' "$*" >&2; }
 

@@ -181,7 +181,10 @@ void Init::sendTrip(std::size_t i, std::uint32_t reply_bytes) {
 void Init::connect(std::size_t i) {
   Rank& r = ranks_[i];
   r.phase = Phase::kConnect;
-  r.conn = loop_.connect(common_.addr, this, i);
+  r.conn = loop_.connect(common_.addrs.empty()
+                             ? common_.addr
+                             : common_.addrs[i % common_.addrs.size()],
+                         this, i);
   if (r.conn == nullptr) retry(i);
 }
 

@@ -106,6 +106,11 @@ class Rendezvous final : public ConnHandler, public TimerHandler {
   std::size_t idx(const Conn& c) const {
     return static_cast<std::size_t>(c.user >> 1);
   }
+  // Rank i's server: the addresses given, round-robin.
+  const Endpoint& addrOf(std::size_t i) const noexcept {
+    return common_.addrs.empty() ? common_.addr
+                                 : common_.addrs[i % common_.addrs.size()];
+  }
   void connectMain(std::size_t i);
   void connectSecond(std::size_t i);
   void sendHandshake(Conn& c, std::size_t i, std::uint32_t tag);
@@ -148,14 +153,14 @@ class Rendezvous final : public ConnHandler, public TimerHandler {
 void Rendezvous::connectMain(std::size_t i) {
   Rank& r = ranks_[i];
   r.state = State::kConnectMain;
-  r.main = loop_.connect(common_.addr, this, i << 1);
+  r.main = loop_.connect(addrOf(i), this, i << 1);
   if (!r.main) scheduleRetry(i, false);
 }
 
 void Rendezvous::connectSecond(std::size_t i) {
   Rank& r = ranks_[i];
   r.state = State::kConnectSecond;
-  r.second = loop_.connect(common_.addr, this, (i << 1) | 1);
+  r.second = loop_.connect(addrOf(i), this, (i << 1) | 1);
   if (!r.second) scheduleRetry(i, true);
 }
 

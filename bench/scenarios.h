@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bench/loadgen.h"
 #include "protocol/wire.h"
@@ -13,7 +14,11 @@ namespace tcpstore::bench {
 enum class BarrierKind { kV113, kV2, kServer };
 
 struct CommonOptions {
-  Endpoint addr;
+  Endpoint addr;  // the first of `addrs`
+  // Every server address given (--addr H:P[,H:P...]): rendezvous spreads its
+  // ranks over them round-robin (several gateways serving one job); the
+  // other modes use the first.
+  std::vector<Endpoint> addrs;
   protocol::Dialect dialect = protocol::Dialect::kV2;
   double timeout_s = 60;
   int server_pid = 0;

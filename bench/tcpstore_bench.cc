@@ -51,7 +51,8 @@ modes:
               with the default budget; default --timeout 600 here
 
 common options:
-  --addr HOST:PORT    server address (default 127.0.0.1:29500; ignored by ops --op echo)
+  --addr HOST:PORT[,HOST:PORT...]  server address (default 127.0.0.1:29500; ignored by
+                      ops --op echo); rendezvous spreads its ranks over several, round-robin
   --dialect 1.13|2.x  wire dialect the clients speak (default 2.x)
   --server-pid PID    read the server's CPU time / RSS from /proc/PID
   --timeout S         bound on the whole run, seconds (default 60)
@@ -233,8 +234,17 @@ int main(int argc, char** argv) {
     if (!ok) return usageError(fmt::format("bad value '{}' for {}", v, a));
   }
   std::string err;
-  if (!tcpstore::bench::parseEndpoint(addr, common.addr, err))
-    return usageError(err);
+  for (std::size_t from = 0; from <= addr.size();) {
+    std::size_t comma = addr.find(',', from);
+    if (comma == std::string::npos) comma = addr.size();
+    tcpstore::bench::Endpoint ep;
+    if (!tcpstore::bench::parseEndpoint(addr.substr(from, comma - from), ep,
+                                        err))
+      return usageError(err);
+    common.addrs.push_back(ep);
+    from = comma + 1;
+  }
+  common.addr = common.addrs.front();
   if (!rdv.barrier_set) {
     rdv.barrier = common.dialect == tcpstore::protocol::Dialect::kV113
                       ? BarrierKind::kV113

@@ -7,6 +7,10 @@ tcpstore-bench scenarios against each, REPS times (medians are read off by hand)
   compat/interop/gateway_bench.py BUILD_BIN_DIR REPS adds
       adds/s on ONE key through one gateway, with combining (the default) and without
       (`?combine-adds=0`), for several client counts
+  compat/interop/gateway_bench.py BUILD_BIN_DIR REPS two-gateways
+      the 4096-rank rendezvous (2.x ranks: ADD init/, the add+wait barrier, the NCCL-style id
+      exchange) with its ranks spread over TWO gateways of the same job, alternating with one
+      gateway and with the in-memory server
 """
 import os
 import subprocess
@@ -51,9 +55,37 @@ def adds():
         cluster.stop()
 
 
+def two_gateways():
+    cluster = gateway.EtcdCluster("/usr/bin/etcd")
+    servers = []
+    try:
+        gw = [gateway.gateway(f"{BIN}/tcpstore-server", cluster.url("bench2")) for _ in range(2)]
+        mem = interop.Server([f"{BIN}/tcpstore-server", "--log-level", "warn"], counters=True)
+        servers = [*gw, mem]
+        targets = [("two gateways", f"127.0.0.1:{gw[0].port},127.0.0.1:{gw[1].port}"),
+                   ("one gateway", f"127.0.0.1:{gw[0].port}"),
+                   ("in memory", f"127.0.0.1:{mem.port}")]
+        for _ in range(REPS):
+            for label, addr in targets:
+                for sc in (["rendezvous", "--dialect", "2.x", "--ranks", "4096", "--barrier",
+                            "2.x"],
+                           ["nccl-scalable-init", "--ranks", "4096"]):
+                    args = [sc[0], "--addr", addr, *sc[1:], "--timeout", "60", "--quiet"]
+                    r = subprocess.run([f"{BIN}/tcpstore-bench", *args], capture_output=True,
+                                       text=True, timeout=90)
+                    print(f"{label}: {r.stdout.strip() or r.stderr.strip()}", flush=True)
+    finally:
+        for srv in servers:
+            srv.stop()
+        interop.kill_all()
+        cluster.stop()
+
+
 def main():
     if MODE == "adds":
         return adds()
+    if MODE == "two-gateways":
+        return two_gateways()
     cluster = gateway.EtcdCluster("/usr/bin/etcd")
     servers = []
     try:
