@@ -512,6 +512,7 @@ int runInit(const CommonOptions& common, const InitOptions& opt) {
     return 1;
   }
   c.server_pid = pid;
+  c.addrs.assign(1, c.addr);  // every rank to the floor server
   int rc = std::make_unique<Init>(c, opt)->run();
   stopChild(pid);
   return rc;

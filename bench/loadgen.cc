@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -554,6 +556,44 @@ bool writeFile(const std::string& path, const std::string& text) {
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = std::fputc('\n', f) != EOF && ok;
   return std::fclose(f) == 0 && ok;
+}
+
+int forkLoopbackServer(Endpoint& ep, bool below_ephemeral,
+                       void (*serve)(int listen_fd)) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (lfd < 0) return -1;
+  int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bool bound = !below_ephemeral &&
+               bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  std::mt19937 rng(static_cast<std::uint32_t>(getpid()));
+  for (int i = 0; !bound && i < 200; ++i) {
+    a.sin_port = htons(static_cast<std::uint16_t>(20000 + rng() % 12000));
+    bound = bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  }
+  if (!bound || listen(lfd, 4096) != 0 ||
+      getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(lfd);
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(lfd);
+    return -1;
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    serve(lfd);
+    _exit(0);
+  }
+  close(lfd);
+  std::string err;
+  parseEndpoint(fmt::format("127.0.0.1:{}", ntohs(a.sin_port)), ep, err);
+  return pid;
 }
 
 }  // namespace tcpstore::bench

@@ -38,6 +38,14 @@ bool parseEndpoint(std::string_view s, Endpoint& out, std::string& error);
 // limit.
 std::uint64_t raiseFdLimit();
 
+// Forks a loopback server for a floor measurement: binds 127.0.0.1 (port 0
+// first unless `below_ephemeral`; then random ports in 20000-31999, below the
+// ephemeral range the generator binds explicit ports in), listens, and runs
+// serve(listening fd) in a child that dies with this process. Sets `ep` to
+// its address. Returns the child's pid, or -1 (nothing left running).
+int forkLoopbackServer(Endpoint& ep, bool below_ephemeral,
+                       void (*serve)(int listen_fd));
+
 // Pins this process (children forked later inherit it) and, with pid > 0,
 // every thread of that process to one CPU; the destructor restores the old
 // masks. Used for latency runs: on this VM a round trip between two vCPUs is

@@ -504,40 +504,9 @@ int Memory::run() {
 }  // namespace
 
 int startEchoServer(Endpoint& ep) {
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (lfd < 0) return -1;
-  int one = 1;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  // Port 0 first; when the ephemeral range is crowded (TIME_WAITs of big runs),
-  // random ports below it.
-  bool bound = bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  std::mt19937 rng(static_cast<std::uint32_t>(getpid()));
-  for (int i = 0; !bound && i < 200; ++i) {
-    a.sin_port = htons(static_cast<std::uint16_t>(20000 + rng() % 12000));
-    bound = bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  }
-  if (!bound || listen(lfd, 4096) != 0 ||
-      getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(lfd);
-    return -1;
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(lfd);
-    return -1;
-  }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    echoServerMain(lfd);
-  }
-  close(lfd);
-  std::string err;
-  parseEndpoint(fmt::format("127.0.0.1:{}", ntohs(a.sin_port)), ep, err);
-  return pid;
+  // Port 0 first; when the ephemeral range is crowded (TIME_WAITs of big
+  // runs), random ports below it.
+  return forkLoopbackServer(ep, false, echoServerMain);
 }
 
 void stopChild(int pid) {
@@ -557,6 +526,7 @@ int runOps(const CommonOptions& common, const OpsOptions& opt) {
                  std::strerror(errno));
       return 1;
     }
+    c.addrs.assign(1, c.addr);
     c.dialect =
         Dialect::kV113;  // no handshake: the echo server only reflects bytes
   }

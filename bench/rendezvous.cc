@@ -603,6 +603,7 @@ int runRendezvous(const CommonOptions& common, const RendezvousOptions& opt) {
     return 1;
   }
   c.server_pid = pid;
+  c.addrs.assign(1, c.addr);  // every rank to the floor server
   int rc = 0;
   {
     auto r = std::make_unique<Rendezvous>(c, opt);
