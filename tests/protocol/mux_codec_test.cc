@@ -94,7 +94,9 @@ TEST_CASE("mux: OPEN carries exactly one known dialect byte, CLOSE nothing") {
         FrameDecodeResult::kError);
   CHECK(decodeFrame(header(0x03, 1, 1) + "x", kLimit, f).status ==
         FrameDecodeResult::kError);
-  auto r = decodeFrame(header(0x01, 9, 1) + std::string(1, '\0'), kLimit, f);
+  // The payload view points into the decoded bytes: keep them alive.
+  const std::string open = header(0x01, 9, 1) + std::string(1, '\0');
+  auto r = decodeFrame(open, kLimit, f);
   REQUIRE(r.status == FrameDecodeResult::kFrame);
   CHECK(f.payload == std::string_view("\0", 1));
 }
