@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,27 +36,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import interop  # noqa: E402  (the interop driver: Server, Peer, totals, process bookkeeping)
 from interop import T, Peer, Server, say, spawn  # noqa: E402
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(n):
-    """n distinct free ports: all held bound until all are picked (one at a time, the kernel may
-    hand out the same port twice)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+from gateway_server import free_port, free_ports  # noqa: E402  (one copy of the port pickers)
 
 
 class EtcdCluster:
