@@ -8,11 +8,14 @@ leading '/'), all below the job prefix ``<job>/`` (PrefixStore(job, store)):
   <job>/tcpstore/rank/<r>     "<host> <pid>": rank r has joined (claimed by
                               rank r with compare_set, so a second process
                               claiming rank r of a live job fails at once)
-  <job>/tcpstore/joined       counter: ranks joined so far (ADD 1 per rank)
+  <job>/tcpstore/joined       counter: ranks joined so far (ADD 1 per rank);
+                              the rank that gives up adds -FAILED_OFFSET, so
+                              a later arrival sees a negative count in its
+                              own ADD and fails at once (no extra read)
   <job>/tcpstore/ready        "1": set by the rank whose ADD made joined == N;
                               every other rank blocks in one WAIT on it
   <job>/tcpstore/failed       one line: why the join failed (first rank to give
-                              up writes it; later arrivals fail at once)
+                              up writes it, then poisons joined)
   <job>/tcpstore/finished     counter: ranks that ended cleanly (release)
 
 The store handed to torch is PrefixStore(job, store): torch's own keys of the
@@ -39,6 +42,13 @@ READY = NS + "ready"
 FAILED = NS + "failed"
 FINISHED = NS + "finished"
 _PROBE = "\x00tcpstore-probe\x00"  # a value no rank writes
+FAILED_OFFSET = 1 << 40  # subtracted from joined when the join failed
+
+
+def joined_count(v):
+    """(ranks joined, failed) from the joined counter's value."""
+    k = int(v)
+    return (k + FAILED_OFFSET, True) if k < 0 else (k, False)
 
 
 def rank_key(r):
@@ -108,10 +118,10 @@ def join(store, job, rank, world_size, deadline, where="", probe_store=None):
             f"(host pid): a live job uses this job id. Use another job id (tcpstore://HOST:PORT"
             f"/JOBID, TCPSTORE_JOB_ID or TORCHELASTIC_RUN_ID), or `tcpstore-cli release {job}` "
             "once no rank of it runs")
-    count = store.add(JOINED, 1)
-    failed = peek(store, FAILED)
-    if failed is not None:
-        raise JoinError(f"tcpstore job '{job}'{where}: rank {rank} joined too late: {failed}",
+    count, failed = joined_count(store.add(JOINED, 1))
+    if failed:
+        why = peek(store, FAILED) or "the join failed"
+        raise JoinError(f"tcpstore job '{job}'{where}: rank {rank} joined too late: {why}",
                         job=job)
     if count >= world_size:
         store.set(READY, "1")
@@ -132,7 +142,8 @@ def join(store, job, rank, world_size, deadline, where="", probe_store=None):
     msg = (f"tcpstore job '{job}'{where}: {len(reg)}/{world_size} ranks joined within the "
            f"join deadline of {deadline:g} s (rank {rank} waited {waited:.1f} s); missing "
            f"rank(s): {format_ranks(missing) or 'none (joined after the deadline)'}")
-    ps.compare_set(FAILED, "", msg)  # first one wins; late arrivals fail at once
+    if _s(ps.compare_set(FAILED, "", msg)) == msg:  # the first one to give up
+        ps.add(JOINED, -FAILED_OFFSET)  # later arrivals fail at once in their ADD
     raise JoinError(msg, missing=missing, job=job)
 
 

@@ -94,7 +94,7 @@ def _watch_join(host, port, job, world_size, stop):
     while not stop.is_set():
         try:
             if c.check([jobs.JOINED]):
-                k = int(c.get(jobs.JOINED))
+                k, _ = jobs.joined_count(c.get(jobs.JOINED))
                 if k != last:
                     print(f"tcpstore.run: job {job}: joined {k}/{world_size}", file=sys.stderr,
                           flush=True)

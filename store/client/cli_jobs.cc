@@ -17,6 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::string_view kNs = "tcpstore/";
 constexpr std::int64_t kListRanksUpTo = 64;  // per-rank lines up to this N
+// The rank that gives up a join subtracts this from joined (jobs.py).
+constexpr std::int64_t kFailedOffset = std::int64_t{1} << 40;
 
 // Value of key, or nullopt if absent (CHECK first: a GET would block).
 Result<std::optional<std::string>> peek(const Client& c,
@@ -36,6 +38,12 @@ std::int64_t toInt(const std::optional<std::string>& v) {
   } catch (...) {
     return -1;
   }
+}
+
+// Ranks joined, from the joined counter (a failed join's count is offset).
+std::int64_t joinedCount(const std::optional<std::string>& v) {
+  const std::int64_t k = toInt(v);
+  return k < -1 ? k + kFailedOffset : k;
 }
 
 std::string ranges(const std::vector<std::int64_t>& rs) {
@@ -85,7 +93,7 @@ int printJobStatus(const Client& c, const std::string& job) {
   }
   const bool is_ready = *ready;
   const std::optional<std::string>& why = *failed;
-  fmt::print("job {}: joined {}/{}{}\n", job, toInt(*joined), n,
+  fmt::print("job {}: joined {}/{}{}\n", job, joinedCount(*joined), n,
              why ? " (failed)" : (is_ready ? " (complete)" : ""));
   fmt::print("registered: {}\n", ranges(present));
   if (n <= kListRanksUpTo) {
@@ -131,6 +139,13 @@ Status watchWorkers(const Client& c, const ClientOptions& o,
     if (!job.empty()) {
       auto joined = peek(j, std::string(kNs) + "joined");
       if (!joined) return joined.error();
+      if (toInt(*joined) < -1) {
+        auto why = peek(j, std::string(kNs) + "failed");
+        return Status(  // a failed job never completes: exit 5, not a timeout
+            StatusCode::kNotFound,
+            fmt::format("job {}: join failed: {}", job,
+                        why && *why ? **why : std::string("(no reason)")));
+      }
       count = toInt(*joined);
     } else {
       auto v = readRawKey(o.host, o.port, o.dialect, "init/",

@@ -24,6 +24,7 @@ int printServerStatus(const Client& c, const ClientOptions& o);
 // counter (job non-empty: blocking WAIT on <job>/tcpstore/ready in slices of
 // at most 1 s, progress printed after each) or torch's "init/" counter (read
 // every 200 ms on a short connection). Prints "joined K/N" on each change.
+// A job whose join failed returns kNotFound with the failed key's reason.
 Status watchWorkers(const Client& c, const ClientOptions& o,
                     const std::string& job, std::int64_t n,
                     std::chrono::milliseconds timeout);

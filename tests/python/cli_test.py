@@ -15,6 +15,7 @@ import sys
 import threading
 
 import tcpstore
+from tcpstore import jobs
 
 CLI = os.environ.get("TCPSTORE_CLI_BIN", "tcpstore-cli")
 FAILS = []
@@ -91,6 +92,19 @@ def job_checks(addr, port):
     check(rc == 0 and out.strip() == "7", f"release deletes the job's keys ({out.strip()})")
     rc, out, _ = cli(addr, "status", "cj")
     check(rc == 1 and "unknown" in out, "a released job is unknown")
+    # a failed join (tcpstore/jobs.py: the failed line, then joined poisoned)
+    f = c.with_prefix("cf")
+    f.set("tcpstore/world_size", "3")
+    f.set("tcpstore/rank/1", "hostA 21")
+    f.add("tcpstore/joined", 1)
+    f.set("tcpstore/failed", "1/3 ranks joined; missing rank(s): 0,2")
+    f.add("tcpstore/joined", -jobs.FAILED_OFFSET)
+    rc, out, err = cli(addr, "status", "cf")
+    check(rc == 1 and "job cf: joined 1/3 (failed)" in out and "failed: 1/3 ranks joined" in out,
+          f"status of a failed job (rc {rc}):\n{out}{err}")
+    rc, out, err = cli(addr, "wait-for-workers", "3", "--watch", "--job", "cf")
+    check(rc == 5 and "join failed: 1/3 ranks joined" in err,
+          f"a watch of a failed job ends at once with its reason (rc {rc}, {err.strip()})")
     c.close()
 
 

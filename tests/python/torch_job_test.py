@@ -112,6 +112,14 @@ def main():
         check(not c.check(["job-missing/tcpstore/rank/3"]), "no key for the missing rank")
         check(c.get("job-missing/tcpstore/world_size") == b"4", "world_size key")
         check(b"missing rank(s): 3" in c.get("job-missing/tcpstore/failed"), "failed key")
+        # the missing rank arrives late: it fails at once (its own ADD shows the poisoned count)
+        late = Job(v, f"tcpstore://127.0.0.1:{srv.port}/job-missing?join_timeout=30", [3],
+                   4).wait(60)
+        for r, (rc, text) in sorted(late.items()):
+            m = re.search(r"ERROR JoinError after ([\d.]+) s: (.*)", text)
+            check(rc == 3 and m and float(m.group(1)) < 5 and "joined too late" in m.group(2)
+                  and "missing rank(s): 3" in m.group(2),
+                  f"{v} late rank {r} of the failed job: {m.group(0)[:200] if m else text[-300:]}")
 
         # 3. two jobs at once on one server, then a second job reusing a live job's id
         a_job = Job(v, f"tcpstore://127.0.0.1:{srv.port}/job-a", range(2), 2,
