@@ -212,7 +212,7 @@ class Bench:
                     dial = pport
             addr = f"127.0.0.1:{dial}"
             # 2. the ranks
-            common = ["--gate", gate, "--out", tmp]
+            common = ["--gate", gate, "--out", tmp, "--start-skew", str(self.a.start_skew)]
             if way == "run":
                 argv = ["-m", "tcpstore.run", "--nnodes", "1", "--nproc_per_node", str(world),
                         "--rdzv_endpoint", addr, "--rdzv_id", f"initbench{self.seq}",
@@ -357,6 +357,9 @@ def main():
     ap.add_argument("--no-count", action="store_true", help="skip the count runs")
     ap.add_argument("--budget", type=float, default=3600, help="global bound (s)")
     ap.add_argument("--job-timeout", type=float, default=180)
+    ap.add_argument("--start-skew", type=float, default=0.0, metavar="S",
+                    help="each rank starts a uniform random 0..S s after the gate (a real "
+                         "job's ranks never start in the same instant); its clock starts then")
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build"))
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     ap.add_argument("--name", default="init_bench")
@@ -391,7 +394,7 @@ def main():
                      "tcpstore_shared")
     meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "reps": a.reps,
             "load_before": open("/proc/loadavg").read().split()[:3],
-            "cpus": os.cpu_count(), "versions": versions, "worlds": worlds, "ways": ways}
+            "cpus": os.cpu_count(), "start_skew_s": a.start_skew, "versions": versions, "worlds": worlds, "ways": ways}
     records = []
     plan = [(v, w, way, False) for _ in range(a.reps) for w in worlds for v in versions
             for way in ways]

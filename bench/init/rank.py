@@ -2,6 +2,7 @@
 """The ranks of one bench/init job (run with the torch under test).
 
   rank.py fork   --way WAY --world N --gate FIFO --out DIR --addr HOST:PORT [--job ID]
+                 [--start-skew S]
   rank.py worker --gate FIFO --out DIR          (a tcpstore.run worker: RANK etc. from env)
 
 fork: imports torch once, then forks N ranks (torch import excluded from every
@@ -22,6 +23,7 @@ worker mode is way "run" (python -m tcpstore.run, whose env:// is tcpstore://).
 import argparse
 import json
 import os
+import random
 import sys
 import time
 
@@ -88,6 +90,8 @@ def one_rank(args, rank, world, init_method):
     gate = gate_open(args.gate)
     open(os.path.join(args.out, f"ready.{rank}"), "w").close()
     gate_wait(gate)
+    if args.start_skew > 0:  # this rank's own start, as in a job of separate processes
+        time.sleep(random.Random(rank * 7919 + os.getpid()).uniform(0, args.start_skew))
     t0 = time.monotonic()
     c0 = os.times()
     err = None
@@ -127,6 +131,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--addr")
     ap.add_argument("--job", default="initbench")
+    ap.add_argument("--start-skew", type=float, default=0.0,
+                    help="sleep a uniform random 0..S s after the gate, then start the clock")
     ap.add_argument("--peer-port", help="env: ranks other than 0 dial this port (a counting proxy)")
     args = ap.parse_args()
 
