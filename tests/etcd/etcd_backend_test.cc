@@ -19,7 +19,7 @@
 
 #include "backend_harness.h"
 #include "etcd_cluster.h"
-#include "linearizability.h"
+#include "history_check.h"
 #include "store/etcd/etcd_admin.h"
 #include "store/keyspace.h"
 #include "tests/support/child.h"
@@ -833,36 +833,7 @@ TEST_CASE(
     }
   }
   MESSAGE("operations with unknown outcome: ", unknown);
-  for (int k = 0; k < kKeys; ++k) {
-    CAPTURE(k);
-    MESSAGE("key lin/", k, ": ", per_key[k].size(), " operations");
-    const bool ok =
-        LinearizabilityChecker(per_key[k], std::string("0")).check();
-    CHECK(ok);
-    if (!ok) {
-      auto ops = per_key[k];
-      std::sort(ops.begin(), ops.end(), [](const LinOp& x, const LinOp& y) {
-        return x.start < y.start;
-      });
-      const std::int64_t t0 = ops.front().start;
-      for (const auto& o : ops) {
-        MESSAGE("kind ", int(o.kind), " value '", o.value, "' desired '",
-                o.desired, "' result '", o.result, "' known ", o.known, " [",
-                (o.start - t0) / 1000, "us, ",
-                o.end == INT64_MAX ? -1 : (o.end - t0) / 1000, "us]");
-      }
-    }
-    // The same history with one read answered wrongly must be rejected (the
-    // check above is not vacuous).
-    auto bad = per_key[k];
-    for (auto& o : bad) {
-      if (o.kind == LinOp::kGet && o.known) {
-        o.result = "never written";
-        CHECK_FALSE(LinearizabilityChecker(bad, std::string("0")).check());
-        break;
-      }
-    }
-  }
+  checkLinearizableHistories(per_key);
 }
 
 TEST_CASE("faults: a frozen member under a gateway is left for another") {

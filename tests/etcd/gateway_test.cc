@@ -22,7 +22,7 @@
 
 #include "etcd_cluster.h"
 #include "gateway_process.h"
-#include "linearizability.h"
+#include "history_check.h"
 #include "tcp_proxy.h"
 #include "tcpstore/client.h"
 #include "tests/support/child.h"
@@ -149,33 +149,7 @@ std::vector<Recorded> runClient(std::uint16_t port, int gateway,
 void checkLinearizable(const std::vector<Recorded>& all) {
   std::vector<std::vector<LinOp>> per_key(kKeys);
   for (const auto& r : all) per_key[r.key].push_back(r.op);
-  for (int k = 0; k < kKeys; ++k) {
-    CAPTURE(k);
-    const bool ok =
-        LinearizabilityChecker(per_key[k], std::string("0")).check();
-    CHECK(ok);
-    if (!ok) {
-      auto ops = per_key[k];
-      std::sort(ops.begin(), ops.end(), [](const LinOp& x, const LinOp& y) {
-        return x.start < y.start;
-      });
-      const std::int64_t t0 = ops.front().start;
-      for (const auto& o : ops) {
-        MESSAGE("kind ", int(o.kind), " value '", o.value, "' desired '",
-                o.desired, "' result '", o.result, "' known ", o.known, " [",
-                (o.start - t0) / 1000, "us, ",
-                o.end == INT64_MAX ? -1 : (o.end - t0) / 1000, "us]");
-      }
-    }
-    auto bad = per_key[k];
-    for (auto& o : bad) {
-      if (o.kind == LinOp::kGet && o.known) {
-        o.result = "never written";
-        CHECK_FALSE(LinearizabilityChecker(bad, std::string("0")).check());
-        break;
-      }
-    }
-  }
+  checkLinearizableHistories(per_key);
 }
 
 void initKeys(std::uint16_t port) {
