@@ -43,7 +43,9 @@ class BackendHost {
                         const Effects& fx) = 0;
 
   // Closes `conn` (e.g. the upstream that held its wait is gone), logging
-  // `why`. Its disconnect() follows as for any close.
+  // `why`. Its disconnect() follows as for any close. What the close writes
+  // (a relay channel's CLOSED frame) leaves on this loop turn, also when
+  // called from the backend's own timer.
   virtual void close(ConnId conn, const Status& why) = 0;
 
  protected:

@@ -225,18 +225,6 @@ void RelayBackend::onCloseTimer(uv_timer_t* timer) noexcept {
     b->host_->close(conn,
                     Status::closed("upstream closed the channel: " + why));
   }
-  b->flushSoon();
-}
-
-// A close from a timer callback queues output (a CLOSED frame when the
-// client is itself a channel of a relay in front of this one) that the
-// server writes only once a loop turn passes its flush: an empty deliver()
-// asks for that turn, so the loop does not sit in poll until other I/O.
-void RelayBackend::flushSoon() noexcept {
-  try {
-    host_->deliver(Effects());
-  } catch (...) {
-  }
 }
 
 // ---- frames from the upstream ---------------------------------------------
@@ -303,7 +291,6 @@ void RelayBackend::onLinkDown(const Status& why) {
   const Status st = Status::closed("lost the upstream " + link_.name() + ": " +
                                    why.message());
   for (ConnId conn : victims) host_->close(conn, st);
-  flushSoon();
 }
 
 void RelayBackend::onLinkUp() {}

@@ -100,7 +100,6 @@ class RelayBackend final : public Backend, private LinkHandler {
   static void onHandleClosed(uv_handle_t* h) noexcept;
   Client& ensureChannel(ConnId conn, Client& c, protocol::Dialect want);
   Status downError() const;
-  void flushSoon() noexcept;
 
   RelayOptions options_;
   RelayCounters counters_;
