@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """python -m tcpstore.run (torchrun on tcpstore-server), 4 workers, real torch.
 
-  run_test.py VERSION [--deadline S]
+  run_test.py VERSION [--relays N] [--deadline S]
 1. no --rdzv-endpoint: tcpstore.run starts its own tcpstore-server and stops it at the end;
 2. --rdzv-endpoint of a tcpstore-server this test started (separate process): the agents'
    rendezvous state and the workers' job keys are on it.
@@ -17,6 +17,8 @@ import sys
 import time
 
 import tcpstore
+
+import stores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WITH_TORCH = os.path.join(HERE, "with_torch.sh")
@@ -55,6 +57,8 @@ def check_results(v, what, p, results, text):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("version")
+    ap.add_argument("--relays", type=int, default=0, choices=(0, 1, 2),
+                    help="run the tests through this many relays in front of the server")
     ap.add_argument("--deadline", type=float, default=300)
     a = ap.parse_args()
     faulthandler.dump_traceback_later(a.deadline, exit=True)
@@ -74,7 +78,7 @@ def main():
               f"its server (pid {pid}) is stopped at the end")
 
     log = open(os.path.join("/tmp", f"tcpstore-py-run-{os.getpid()}-server.log"), "w+")
-    with tcpstore.Server(stderr=log) as srv:
+    with stores.store(a.relays, stderr=log) as srv:
         run_id = f"run{os.getpid()}"
         p, results, text = launch(v, ["--rdzv_endpoint", srv.address, "--rdzv_id", run_id], 150)
         check_results(v, "external server", p, results, text)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tcpstore:// with real torch jobs (gloo, real processes) on our tcpstore-server.
 
-  torch_job_test.py VERSION [--deadline S]      VERSION: 1.13 | 2.6 | 2.14
+  torch_job_test.py VERSION [--relays N] [--deadline S]      VERSION: 1.13 | 2.6 | 2.14
 Runs on the host (stdlib + tcpstore); the ranks run with that torch via with_torch.sh.
 Checks: a 4-rank job (all_reduce, new_group, barrier) and its key release; a 4-rank job with
 rank 3 missing fails on every waiting rank within its 3 s join deadline, naming rank 3; two
@@ -17,6 +17,8 @@ import sys
 import time
 
 import tcpstore
+
+import stores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WITH_TORCH = os.path.join(HERE, "with_torch.sh")
@@ -66,17 +68,19 @@ def run_ok(version, srv, job, world=4, timeout=120):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("version")
+    ap.add_argument("--relays", type=int, default=0, choices=(0, 1, 2),
+                    help="run the tests through this many relays in front of the server")
     ap.add_argument("--deadline", type=float, default=400)
     a = ap.parse_args()
     faulthandler.dump_traceback_later(a.deadline, exit=True)
     log = open(os.path.join("/tmp", f"tcpstore-py-{os.getpid()}-server.log"), "w+")
-    with tcpstore.Server(stderr=log) as srv:
+    with stores.store(a.relays, stderr=log) as srv:
         c = tcpstore.Client("127.0.0.1", srv.port, timeout=30)
         v = a.version
 
         # 1. a 4-rank job, alone on its own server: count its ADDs
         log1 = open(log.name + ".job-ok", "w+")
-        with tcpstore.Server(stderr=log1) as srv1:
+        with stores.store(a.relays, stderr=log1) as srv1:
             res = run_ok(v, srv1, "job-ok")
             if skipped(res):
                 print("SKIPPED: torch peer missing", flush=True)
