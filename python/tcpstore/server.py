@@ -99,7 +99,8 @@ class Server:
             if not chunk:
                 rc = self._proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
                 raise ServerError(f"{' '.join(self.command)} exited with status {rc} before "
-                                  "listening (exit 3: cannot bind, e.g. port in use)")
+                                  "listening (exit 3: cannot bind, e.g. port in use, or cannot reach "
+                                  "its etcd or upstream; its stderr says which)")
             if chunk == b"\n":
                 m = _LISTENING.match(line)
                 if m:

@@ -2,7 +2,8 @@
 // clients on one port.
 //
 // Exit codes: 0 clean stop (SIGINT/SIGTERM), 1 stop failed, 2 bad usage,
-// 3 cannot bind/listen (or, with --backend etcd://, cannot reach etcd).
+// 3 cannot start serving: bind/listen failed, or the backend's remote (etcd,
+// the relay's --upstream) cannot be reached.
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -202,7 +203,8 @@ dialect is detected per connection).
 
 Prints "listening on HOST:PORT" on stdout once it accepts connections.
 SIGUSR1 prints the counters to stderr; SIGINT/SIGTERM stop cleanly.
-Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen.
+Exit codes: 0 clean stop, 2 bad usage, 3 cannot bind/listen or reach etcd or
+the upstream.
 {backend})",
                      fmt::arg("port", d.port), fmt::arg("key", l.max_key_bytes),
                      fmt::arg("value", l.max_value_bytes),
