@@ -143,7 +143,8 @@ def main():
         for r, (rc, text) in sorted(a_job.wait(120).items()):
             check(rc == 0 and '"sum": 3.0' in text, f"{v} job-a rank {r} unharmed (rc {rc})")
         again = run_ok(v, srv, "job-a", world=2)
-        check(all(rc == 0 for rc, _ in again.values()), f"{v} job-a's id reused after it ended")
+        check(all(rc == 0 for rc, _ in again.values()), f"{v} job-a's id reused after it ended"
+              f"{[t.strip().splitlines()[-1:] for rc, t in again.values() if rc]}")
         c.close()
     log.seek(0)
     stats = [l for l in log.read().splitlines() if "requests total=" in l]
