@@ -355,6 +355,42 @@ TEST_CASE("budget: partial large requests are paused under the budget") {
   CHECK(honest.recv(12) == u64le(4) + "fine");
 }
 
+// A connection paused for the budget is not read, so its peer's FIN is not
+// seen through a read: the server must find it in the TCP state, or the
+// paused request's memory stays charged until partial_request_ms (60 s).
+TEST_CASE("budget: a paused partial request whose peer hangs up is closed") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  o.limits.max_value_bytes = 16 * 1024 * 1024;
+  auto s = ScopedServer::local(o);  // partial_request_ms: 60 s
+  RawConn honest = conn2(*s);
+  // Small SETs (not refused under the budget itself) take the server past
+  // its soft line: from there a large partial request is not read.
+  const std::string value(60000, 'v');
+  const std::uint64_t soft = kBudget - kBudget / 16;
+  for (int i = 0; s->counters().memory_bytes <= soft; ++i) {
+    REQUIRE(i < 200);
+    REQUIRE(honest.send(byte(v2::kSet) + str("/fill/" + std::to_string(i)) +
+                        str(value)));
+    REQUIRE(pingFence(honest));
+  }
+  const auto paused = s->counters().budget_input_paused;
+  // A small part of a large SET: the server stops reading it at once, and
+  // what it did not read fits the kernel's buffers, so the FIN arrives.
+  RawConn quitter = conn2(*s);
+  REQUIRE(quitter.send(byte(v2::kSet) + str("/quitter") + u64le(16 << 20) +
+                       std::string(100 * 1024, 'q')));
+  REQUIRE(
+      eventually([&] { return s->counters().budget_input_paused > paused; }));
+  const auto charged = s->counters().memory_bytes;
+  quitter.close();
+  CHECK(eventually([&] { return s->counters().rejected_peer_gone == 1; },
+                   milliseconds(5000)));
+  CHECK(s->counters().rejected_partial_timeout == 0);
+  CHECK(eventually([&] { return s->counters().memory_bytes < charged; }));
+  CHECK(pingFence(honest));  // the honest client is still served
+}
+
 // A MULTI_SET of many values crosses a field boundary after each value; the
 // bytes read there (the next key's header and what follows) must be charged
 // and paused like the bytes inside a value, or each connection's buffer
