@@ -355,6 +355,34 @@ TEST_CASE("budget: partial large requests are paused under the budget") {
   CHECK(honest.recv(12) == u64le(4) + "fine");
 }
 
+// One read callback must not answer a whole pipeline of large GETs: past
+// Connections::kTurnOutputBytes of replies in a loop turn the connection
+// yields, and its requests (and its EOF) continue on later turns, in order.
+TEST_CASE("work per loop turn: pipelined large GETs yield and keep order") {
+  auto s = ScopedServer::local();
+  RawConn other = conn2(*s);
+  const std::string value(1024 * 1024, 'g');
+  REQUIRE(other.send(byte(v2::kSet) + str("/big") + str(value)));
+  REQUIRE(pingFence(other));
+  RawConn c = conn2(*s);
+  constexpr int kGets = 12;  // 12 MiB of replies: three turns' worth
+  std::string m;
+  for (int k = 0; k < kGets; ++k) m += byte(v2::kGet) + str("/big");
+  m += byte(v2::kSet) + str("/after") + str("x");
+  m += byte(v2::kGet) + str("/after");
+  REQUIRE(c.send(m));
+  c.shutdownWrite();        // the EOF behind them is judged after them
+  CHECK(pingFence(other));  // the other client is served meanwhile
+  std::string want;
+  for (int k = 0; k < kGets; ++k) want += u64le(value.size()) + value;
+  want += u64le(1) + "x";
+  std::string got;
+  CHECK(c.waitClosed(&got, milliseconds(10000)));
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
+  CHECK(s->counters().turn_yields >= 1);
+}
+
 // A connection paused for the budget is not read, so its peer's FIN is not
 // seen through a read: the server must find it in the TCP state, or the
 // paused request's memory stays charged until partial_request_ms (60 s).
