@@ -231,8 +231,8 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     need_ = 1;
     off += r.consumed;
     set_.handler_->onRequest(*this, req);
-    if (set_.turn_output_ >= Connections::kTurnOutputBytes && off < len)
-      yield();
+    ++set_.turn_requests_;
+    if (set_.turnSpent() && off < len) yield();
   }
   return off;
 }
@@ -359,7 +359,14 @@ void Connection::close() noexcept {
   counted_in_ = 0;
   if (in_.capacity() >= Connections::kDeferFreeBytes) set_.freeLater(in_);
   if (mux_) mux_->closeAll();
-  set_.closed(*this);
+  set_.closed(*this);  // uncounts the unsent output: before it is taken
+  if (outbox_.size() >= Connections::kDeferFreeBytes) {
+    try {
+      outbox_.takeChunks(set_.dead_chunks_);
+      set_.continueSoon();
+    } catch (...) {  // freed with the connection
+    }
+  }
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {
     set_.on_drained_(set_.on_drained_arg_);

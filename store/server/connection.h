@@ -17,13 +17,14 @@
 // stop too while paused, and while pending with 64 KiB buffered.
 //
 // Work per loop turn is bounded: once the replies queued in this turn (all
-// connections together) pass Connections::kTurnOutputBytes, a connection
-// stops decoding after its current request and yields; its buffered
-// requests are decoded in order on a later turn (Connections::onCheck), and
-// it reads nothing meanwhile. So one client pipelining large GETs cannot
-// hold the loop for longer than a few MiB of replies. Likewise reads into
-// connections' own buffers (large requests) stop for the turn once
-// Connections::kTurnInputBytes were read; small requests read on.
+// connections together) pass Connections::kTurnOutputBytes, or the requests
+// decoded pass Connections::kTurnRequests, a connection stops decoding after
+// its current request and yields; its buffered requests are decoded in order on
+// a later turn (Connections::onCheck), and it reads nothing meanwhile. So one
+// client pipelining large GETs cannot hold the loop for longer than a few MiB
+// of replies. Likewise reads into connections' own buffers (large requests)
+// stop for the turn once Connections::kTurnInputBytes were read; small requests
+// read on.
 //
 // Lifetime: a Connection is created by Connections::accept(), closed once
 // by close() (the handler's onClosing() runs, then the handle is closed) and

@@ -97,7 +97,13 @@ void Connection::flush() noexcept {
 
 void Connection::onWrite(uv_write_t* req, int status) noexcept {
   auto* c = static_cast<Connection*>(req->data);
-  const std::size_t n = c->outbox_.finishWrite();
+  // Closing: a large backlog is freed over later turns (unmapping it here
+  // could take tens of ms per connection dropped).
+  const std::size_t n =
+      c->outbox_.finishWrite(c->closing_ ? &c->set_.dead_chunks_ : nullptr);
+  // (Stopping, the loop's handles may be closed already: no idle then; the
+  // chunks are freed with the set.)
+  if (c->closing_ && !c->set_.stopping_) c->set_.continueSoon();
   if (c->closing_) return;  // its bytes left the budget at close
   Connections& s = c->set_;
   s.total_output_ -= n;

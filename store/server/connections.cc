@@ -111,10 +111,11 @@ void Connections::onCheck(uv_check_t* check) noexcept {
   uv_idle_stop(s->flush_idle_);
   s->turn_output_ = 0;
   s->turn_input_ = 0;
+  s->turn_requests_ = 0;
   s->continueYielded();
   s->flush_list_.run([](Connection* c) { c->flush(); });
   s->freeDeadChannels();
-  if (!s->dead_inputs_.empty()) s->dead_inputs_.pop_back();
+  const bool more_dead = s->freeSome();
   const std::uint64_t total = s->memoryUse().total();
   s->ctr_.memory_bytes.store(total, std::memory_order_relaxed);
   if (s->budget_.max() != 0) {
@@ -122,13 +123,24 @@ void Connections::onCheck(uv_check_t* check) noexcept {
       s->resumeInput();
     if (total > s->budget_.softLine()) s->shedOutput();
   }
-  if (s->yield_head_ < s->yielded_ids_.size() || !s->dead_inputs_.empty())
-    s->continueSoon();
+  if (s->yield_head_ < s->yielded_ids_.size() || more_dead) s->continueSoon();
+}
+
+bool Connections::freeSome() noexcept {
+  if (!dead_inputs_.empty()) dead_inputs_.pop_back();  // >= 4 MiB each
+  std::size_t freed = 0;
+  while (!dead_chunks_.empty() && freed < kFreePerTurnBytes) {
+    freed += dead_chunks_.back().capacity();
+    dead_chunks_.pop_back();
+  }
+  if (dead_chunks_.empty() && dead_chunks_.capacity() > 1024)
+    std::vector<std::string>().swap(dead_chunks_);
+  return !dead_inputs_.empty() || !dead_chunks_.empty();
 }
 
 void Connections::continueYielded() noexcept {
   // Connections yielding again here are appended: round robin.
-  while (yield_head_ < yielded_ids_.size() && turn_output_ < kTurnOutputBytes) {
+  while (yield_head_ < yielded_ids_.size() && !turnSpent()) {
     Connection* c = find(yielded_ids_[yield_head_++]);
     if (c == nullptr || c->closing_) continue;
     if (c->input_yielded_) {

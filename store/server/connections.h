@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -35,6 +36,9 @@ class Connections {
   // Replies queued per loop turn (all connections) before connections with
   // more buffered requests yield (connection.h). Bounds the turn's work.
   static constexpr std::size_t kTurnOutputBytes = 4 * 1024 * 1024;
+  // Likewise requests decoded per loop turn (a pipeline of 50,000 SETs
+  // has no replies to count).
+  static constexpr std::size_t kTurnRequests = 4096;
   // Bytes read per loop turn (all connections) before reads of large
   // requests wait for the next turn (fresh pages cost a fault each).
   static constexpr std::size_t kTurnInputBytes = 8 * 1024 * 1024;
@@ -102,9 +106,11 @@ class Connections {
   void flushSoon() noexcept {
     if (!flush_list_.empty()) uv_idle_start(flush_idle_, &Connections::onIdle);
   }
-  // Input buffers at least this large are freed one per loop turn: many
-  // closed at once (a sweep) would otherwise unmap GiBs in one callback.
+  // Input buffers and unsent output of closed connections at least this
+  // large are freed over later loop turns, kFreePerTurnBytes a turn: many
+  // closed at once would otherwise unmap GiBs in one callback.
   static constexpr std::size_t kDeferFreeBytes = 4 * 1024 * 1024;
+  static constexpr std::size_t kFreePerTurnBytes = 16 * 1024 * 1024;
   // Takes `in`'s allocation, freed on a later loop turn.
   void freeLater(InputBuffer& in) noexcept {
     try {
@@ -172,6 +178,11 @@ class Connections {
   std::uint64_t total_output_ = 0;   // sum of outbox sizes
   std::uint64_t turn_output_ = 0;    // bytes queued since the last check
   std::uint64_t turn_input_ = 0;     // bytes read since the last check
+  std::uint64_t turn_requests_ = 0;  // requests decoded since the last check
+  // The turn's budget of replies or requests is spent: connections yield.
+  bool turnSpent() const noexcept {
+    return turn_output_ >= kTurnOutputBytes || turn_requests_ >= kTurnRequests;
+  }
   // Yielded connections in order, [yield_head_, end) still to resume; may
   // hold stale ids.
   std::vector<ConnId> yielded_ids_;
@@ -189,7 +200,10 @@ class Connections {
   std::uint64_t input_total_ = 0;  // sum of connections' input capacities
   std::vector<ConnId> input_paused_ids_;           // may hold stale ids
   std::vector<InputBuffer::Storage> dead_inputs_;  // see freeLater()
-  uv_timer_t* hangup_timer_ = nullptr;             // runs while input is paused
+  std::vector<std::string> dead_chunks_;           // closed connections' output
+  // Frees some of dead_inputs_ and dead_chunks_; true if some are left.
+  bool freeSome() noexcept;
+  uv_timer_t* hangup_timer_ = nullptr;  // runs while input is paused
   // resumeInput() runs once the total is under this (the most any paused
   // connection can take).
   std::uint64_t input_resume_below_ = 0;

@@ -105,10 +105,28 @@ Outbox::Flushed Outbox::flush(uv_stream_t* stream, void* data, uv_write_cb cb) {
   return f;
 }
 
-std::size_t Outbox::finishWrite() noexcept {
+void Outbox::takeChunks(std::vector<std::string>& dead) {
+  dead.reserve(dead.size() + pending_.size() +
+               (writing_ ? 0 : inflight_.size()));
+  for (std::string& c : pending_) dead.push_back(std::move(c));
+  pending_.clear();
+  pending_bytes_ = 0;
+  if (writing_) return;
+  for (std::string& c : inflight_) dead.push_back(std::move(c));
+  inflight_.clear();
+  inflight_bytes_ = 0;
+}
+
+std::size_t Outbox::finishWrite(std::vector<std::string>* dead) noexcept {
   writing_ = false;
   const std::size_t n = inflight_bytes_;
   inflight_bytes_ = 0;
+  if (dead != nullptr) {
+    try {
+      takeChunks(*dead);
+    } catch (...) {  // freed below, now
+    }
+  }
   inflight_.clear();
   if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
   return n;

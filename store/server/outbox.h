@@ -49,7 +49,12 @@ class Outbox {
   // with req->data = `data`. Throws std::bad_alloc.
   Flushed flush(uv_stream_t* stream, void* data, uv_write_cb cb);
   // In the write callback: the in-flight write ended. Returns its bytes.
-  std::size_t finishWrite() noexcept;
+  // Its chunks are freed, or moved to `dead` if given (freed later).
+  std::size_t finishWrite(std::vector<std::string>* dead = nullptr) noexcept;
+  // Closing: moves the pending chunks (and those of a write no longer in
+  // flight) to `dead`, to be freed later. Throws std::bad_alloc (then the
+  // chunks stay here).
+  void takeChunks(std::vector<std::string>& dead);
 
  private:
   template <typename T>
