@@ -123,6 +123,10 @@ struct ServerCounters {
   // Times a connection stopped decoding because the loop turn's output
   // budget was spent (its requests continue on a later turn).
   std::uint64_t turn_yields = 0;
+  // The most CPU time (microseconds) the loop thread spent in one loop turn
+  // (from one check phase to the next) since start: the longest the server
+  // itself held every other client up, machine load aside (a gauge).
+  std::uint64_t max_turn_cpu_us = 0;
   // Memory budget decisions: requests refused (connection closed), clients
   // dropped for unsent output, and times a connection's reading was paused.
   std::uint64_t budget_refused = 0;

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/server/mux_session.h"
@@ -106,8 +107,26 @@ void Connections::paused(Connection& c) {
   }
 }
 
+namespace {
+// CPU time of the calling thread, microseconds.
+std::uint64_t threadCpuUs() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000u +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+}
+}  // namespace
+
 void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
+  const std::uint64_t cpu = threadCpuUs();
+  if (s->last_check_cpu_us_ != 0 &&
+      cpu - s->last_check_cpu_us_ >
+          s->ctr_.max_turn_cpu_us.load(std::memory_order_relaxed)) {
+    s->ctr_.max_turn_cpu_us.store(cpu - s->last_check_cpu_us_,
+                                  std::memory_order_relaxed);
+  }
+  s->last_check_cpu_us_ = cpu;
   uv_idle_stop(s->flush_idle_);
   s->turn_output_ = 0;
   s->turn_input_ = 0;

@@ -179,6 +179,7 @@ class Connections {
   std::uint64_t turn_output_ = 0;    // bytes queued since the last check
   std::uint64_t turn_input_ = 0;     // bytes read since the last check
   std::uint64_t turn_requests_ = 0;  // requests decoded since the last check
+  std::uint64_t last_check_cpu_us_ = 0;  // loop thread's CPU at the check
   // The turn's budget of replies or requests is spent: connections yield.
   bool turnSpent() const noexcept {
     return turn_output_ >= kTurnOutputBytes || turn_requests_ >= kTurnRequests;
