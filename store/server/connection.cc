@@ -162,8 +162,8 @@ void Connection::noteInput() noexcept {
 // The peer half-closed. Its requests still get their replies; bytes of an
 // unfinished request are a protocol error.
 void Connection::handleEof() {
-  if (pending_ || paused_ ||
-      yielded_) {  // judged once the buffered requests are decoded
+  // Judged once the buffered requests are decoded.
+  if (pending_ || paused_ || yielded_) {
     eof_ = true;
     updateReading();
     return;
