@@ -119,6 +119,10 @@ class Connections {
     } catch (...) {  // freed now, when `in` is destroyed
     }
   }
+  // Work done in this loop turn besides replies (bytes of values freed: a
+  // pipeline of DELETEs of large values unmaps as much as it frees), counted
+  // against kTurnOutputBytes.
+  void chargeTurn(std::uint64_t bytes) noexcept { turn_output_ += bytes; }
   // A connection yielded: the loop must not block before it continues.
   void continueSoon() noexcept {
     uv_idle_start(flush_idle_, &Connections::onIdle);

@@ -56,6 +56,17 @@ void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
     Dispatcher* d;
     ~Leave() { d->leaveDispatch(); }
   } leave{this};
+  // Values freed by this request count as work of the turn (runs before
+  // leave: only this request's frees).
+  const std::size_t held = backend_.memoryBytes();
+  struct ChargeFreed {
+    Dispatcher* d;
+    std::size_t held;
+    ~ChargeFreed() {
+      const std::size_t now = d->backend_.memoryBytes();
+      if (now < held) d->conns_.chargeTurn(held - now);
+    }
+  } charge_freed{this, held};
   Result<Backend::Outcome> r = [&] {
     try {
       return backend_.submit(c.id(), req, fx_);

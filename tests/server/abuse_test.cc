@@ -403,6 +403,29 @@ TEST_CASE("work per loop turn: a long pipeline of small requests yields") {
   CHECK(s->counters().turn_yields >= 1);
 }
 
+// Freeing large values is work too (unmapping them): a pipeline of DELETEs
+// of 1 MiB values yields like a pipeline of large GETs.
+TEST_CASE("work per loop turn: pipelined DELETEs of large values yield") {
+  auto s = ScopedServer::local();
+  RawConn c = conn2(*s);
+  const std::string value(1024 * 1024, 'd');
+  constexpr int kValues = 12;
+  for (int k = 0; k < kValues; ++k) {
+    REQUIRE(
+        c.send(byte(v2::kSet) + str("/del/" + std::to_string(k)) + str(value)));
+  }
+  REQUIRE(pingFence(c));
+  const auto yields = s->counters().turn_yields;
+  std::string m;
+  for (int k = 0; k < kValues; ++k)
+    m += byte(v2::kDeleteKey) + str("/del/" + std::to_string(k));
+  REQUIRE(c.send(m));
+  std::string want;
+  for (int k = 0; k < kValues; ++k) want += i64le(1);
+  CHECK(c.recv(want.size()) == want);
+  CHECK(s->counters().turn_yields > yields);
+}
+
 // A connection paused for the budget is not read, so its peer's FIN is not
 // seen through a read: the server must find it in the TCP state, or the
 // paused request's memory stays charged until partial_request_ms (60 s).
