@@ -230,11 +230,28 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     }
     need_ = 1;
     off += r.consumed;
+    const std::uint64_t work_before = set_.turn_output_;
     set_.handler_->onRequest(*this, req);
     ++set_.turn_requests_;
-    if (set_.turnSpent() && off < len) yield();
+    noteTurnWork(set_.turn_output_ - work_before);
+    if (off < len && set_.turnSpent() && usedQuantum()) yield();
   }
   return off;
+}
+
+void Connection::noteTurnWork(std::uint64_t bytes) noexcept {
+  if (turn_no_ != set_.turn_no_) {  // the first request of a new turn
+    turn_no_ = set_.turn_no_;
+    turn_bytes_ = 0;
+    turn_requests_ = 0;
+  }
+  turn_bytes_ += bytes;
+  ++turn_requests_;
+}
+
+bool Connection::usedQuantum() const noexcept {
+  return turn_bytes_ >= Connections::kQuantumBytes ||
+         turn_requests_ >= Connections::kQuantumRequests;
 }
 
 void Connection::yield() noexcept {

@@ -18,13 +18,15 @@
 //
 // Work per loop turn is bounded: once the replies queued in this turn (all
 // connections together) pass Connections::kTurnOutputBytes, or the requests
-// decoded pass Connections::kTurnRequests, a connection stops decoding after
-// its current request and yields; its buffered requests are decoded in order on
-// a later turn (Connections::onCheck), and it reads nothing meanwhile. So one
-// client pipelining large GETs cannot hold the loop for longer than a few MiB
-// of replies. Likewise reads into connections' own buffers (large requests)
-// stop for the turn once Connections::kTurnInputBytes were read; small requests
-// read on.
+// decoded pass Connections::kTurnRequests, a connection that did its own
+// share of the turn (Connections::kQuantumBytes or kQuantumRequests) stops
+// decoding after its current request and yields; its buffered requests are
+// decoded in order on a later turn (Connections::onCheck), and it reads
+// nothing meanwhile. So one client pipelining large GETs cannot hold the loop
+// for longer than a few MiB of replies, and a client of small requests is
+// never queued behind it. Likewise reads into connections' own buffers
+// (large requests) stop for the turn once Connections::kTurnInputBytes were
+// read; small requests read on.
 //
 // Lifetime: a Connection is created by Connections::accept(), closed once
 // by close() (the handler's onClosing() runs, then the handle is closed) and
@@ -128,6 +130,11 @@ class Connection final : public Endpoint {
   }
   // The turn's output budget is spent: stop decoding, continue next turn.
   void yield() noexcept;
+  // A request of this connection did `bytes` of work in this turn.
+  void noteTurnWork(std::uint64_t bytes) noexcept;
+  // This connection did its share of this turn's work (only such yield:
+  // a client of small requests is never held behind those of large ones).
+  bool usedQuantum() const noexcept;
   void logClosing(std::string_view reason) noexcept;
   uv_stream_t* stream() noexcept {
     return reinterpret_cast<uv_stream_t*>(&tcp_);
@@ -147,9 +154,12 @@ class Connection final : public Endpoint {
   std::uint64_t last_read_ms_ = 0;  // loop time of the last byte read
   std::uint64_t failed_ms_ = 0;     // loop time of fail() (if failed_)
   bool reading_ = false;
-  bool paused_ = false;       // output over the cap: no reading, no decoding
-  bool yielded_ = false;      // turn budget spent: decoded on a later turn
-  bool eof_ = false;          // the peer half-closed; seen while pending
+  bool paused_ = false;        // output over the cap: no reading, no decoding
+  bool yielded_ = false;       // turn budget spent: decoded on a later turn
+  std::uint64_t turn_no_ = 0;  // the loop turn of turn_bytes_/requests_
+  std::uint64_t turn_bytes_ = 0;     // work of its requests in that turn
+  std::uint64_t turn_requests_ = 0;  // its requests decoded in that turn
+  bool eof_ = false;                 // the peer half-closed; seen while pending
   bool mux_decided_ = false;  // the first bytes were (or were not) the preamble
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;

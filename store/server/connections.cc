@@ -131,6 +131,7 @@ void Connections::onCheck(uv_check_t* check) noexcept {
   s->turn_output_ = 0;
   s->turn_input_ = 0;
   s->turn_requests_ = 0;
+  ++s->turn_no_;
   s->continueYielded();
   s->flush_list_.run([](Connection* c) { c->flush(); });
   s->freeDeadChannels();
@@ -158,9 +159,12 @@ bool Connections::freeSome() noexcept {
 }
 
 void Connections::continueYielded() noexcept {
-  // Connections yielding again here are appended: round robin.
+  // Oldest first, each served to its end (or its pause) before the next,
+  // as it would be without yields, in slices of a turn: one that yields
+  // again here stays at the head.
   while (yield_head_ < yielded_ids_.size() && !turnSpent()) {
-    Connection* c = find(yielded_ids_[yield_head_++]);
+    const ConnId id = yielded_ids_[yield_head_++];
+    Connection* c = find(id);
     if (c == nullptr || c->closing_) continue;
     if (c->input_yielded_) {
       c->input_yielded_ = false;
@@ -173,6 +177,10 @@ void Connections::continueYielded() noexcept {
     } catch (...) {
       c->reject(ctr_.rejected_limit,
                 "out of memory while serving the connection");
+    }
+    if (c->yielded_ && yielded_ids_.back() == id) {  // yield() appended it
+      yielded_ids_.pop_back();
+      yielded_ids_[--yield_head_] = id;
     }
   }
   if (yield_head_ == yielded_ids_.size()) {

@@ -39,6 +39,10 @@ class Connections {
   // Likewise requests decoded per loop turn (a pipeline of 50,000 SETs
   // has no replies to count).
   static constexpr std::size_t kTurnRequests = 4096;
+  // A connection yields (the turn's budget being spent) only once it did
+  // this much work itself in the turn.
+  static constexpr std::size_t kQuantumBytes = 64 * 1024;
+  static constexpr std::size_t kQuantumRequests = 64;
   // Bytes read per loop turn (all connections) before reads of large
   // requests wait for the next turn (fresh pages cost a fault each).
   static constexpr std::size_t kTurnInputBytes = 8 * 1024 * 1024;
@@ -183,6 +187,7 @@ class Connections {
   std::uint64_t turn_output_ = 0;    // bytes queued since the last check
   std::uint64_t turn_input_ = 0;     // bytes read since the last check
   std::uint64_t turn_requests_ = 0;  // requests decoded since the last check
+  std::uint64_t turn_no_ = 1;        // loop turns (check phases) so far
   std::uint64_t last_check_cpu_us_ = 0;  // loop thread's CPU at the check
   // The turn's budget of replies or requests is spent: connections yield.
   bool turnSpent() const noexcept {
