@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tcpstore::store {
@@ -37,6 +38,12 @@ class Effects {
     return std::string_view(bytes_).substr(s.offset, s.length);
   }
   const std::string& bytes() const noexcept { return bytes_; }
+  // Hands over the bytes (for an Effects whose one send covers them all)
+  // and empties this Effects; its capacity goes with them.
+  std::string takeBytes() noexcept {
+    sends_.clear();
+    return std::move(bytes_);
+  }
 
   // Builder: start a send to `conn`, append its bytes to the returned
   // buffer, then end() it. An empty send is not recorded.

@@ -117,6 +117,16 @@ struct ServerCounters {
   std::uint64_t rejected_slow_reader = 0;
   // A partial request that made no progress for partial_request_ms.
   std::uint64_t rejected_partial_timeout = 0;
+  // A connection paused for the memory budget with part of a request
+  // buffered whose peer hung up (the request can never complete).
+  std::uint64_t rejected_peer_gone = 0;
+  // Times a connection stopped decoding because the loop turn's output
+  // budget was spent (its requests continue on a later turn).
+  std::uint64_t turn_yields = 0;
+  // The most CPU time (microseconds) the loop thread spent in one loop turn
+  // (from one check phase to the next) since start: the longest the server
+  // itself held every other client up, machine load aside (a gauge).
+  std::uint64_t max_turn_cpu_us = 0;
   // Memory budget decisions: requests refused (connection closed), clients
   // dropped for unsent output, and times a connection's reading was paused.
   std::uint64_t budget_refused = 0;

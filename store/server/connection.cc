@@ -19,8 +19,9 @@ namespace {
 constexpr std::size_t kMinFreeTail = 64 * 1024;
 // A pending connection stops reading once it buffers this much.
 constexpr std::size_t kPendingInputBytes = 64 * 1024;
-// Largest read into a connection's own buffer.
-constexpr std::size_t kMaxReadBytes = std::size_t{1} << 30;
+// Largest read into a connection's own buffer: libuv reads up to 32 times
+// per readable event, and every fresh page read into is a page fault.
+constexpr std::size_t kMaxReadBytes = 1024 * 1024;
 }  // namespace
 
 // ---- Connection: read and decode -------------------------------------------
@@ -53,6 +54,12 @@ void Connection::onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept {
   if (!large && c->need_ <= c->in_.size() + Connections::kScratchBytes) {
     *buf = uv_buf_init(c->set_.scratch_.get(),
                        static_cast<unsigned>(Connections::kScratchBytes));
+    return;
+  }
+  // The turn's reads of large requests are spent: read again next turn.
+  if (c->set_.turn_input_ >= Connections::kTurnInputBytes) {
+    c->input_yielded_ = true;  // read_cb gets UV_ENOBUFS and stops reading
+    *buf = uv_buf_init(nullptr, 0);
     return;
   }
   // Growing (about doubling) a large partial request's buffer must fit the
@@ -90,6 +97,15 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread < 0) {
     if (nread == UV_EOF) {
       handleEof();
+    } else if (nread == UV_ENOBUFS && input_yielded_) {
+      updateReading();
+      try {
+        set_.yielded_ids_.push_back(id_);
+        set_.continueSoon();
+      } catch (...) {
+        input_yielded_ = false;  // cannot list it: let it read
+        updateReading();
+      }
     } else if (nread == UV_ENOBUFS && input_paused_) {
       bump(set_.ctr_.budget_input_paused);
       updateReading();
@@ -114,6 +130,7 @@ void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
   if (nread == 0) return;
   auto n = static_cast<std::size_t>(nread);
   bump(set_.ctr_.bytes_in, n);
+  set_.turn_input_ += n;
   last_read_ms_ = set_.now();
   if (buf->base == set_.scratch_.get()) {
     if (in_.empty()) {
@@ -145,7 +162,8 @@ void Connection::noteInput() noexcept {
 // The peer half-closed. Its requests still get their replies; bytes of an
 // unfinished request are a protocol error.
 void Connection::handleEof() {
-  if (pending_ || paused_) {  // judged once the buffered requests are decoded
+  // Judged once the buffered requests are decoded.
+  if (pending_ || paused_ || yielded_) {
     eof_ = true;
     updateReading();
     return;
@@ -198,7 +216,8 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     }
   }
   if (mux_) return off + mux_->drain(data + off, len - off);
-  while (!paused_ && !pending_ && !closing_ && !failed_ && len - off >= need_) {
+  while (!paused_ && !pending_ && !yielded_ && !closing_ && !failed_ &&
+         len - off >= need_) {
     DecodeResult r = stream_.next(std::string_view(data + off, len - off), req);
     if (!dialect_noted_) noteDialect();
     if (r.kind == DecodeResult::kNeedMore) {
@@ -211,9 +230,41 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
     }
     need_ = 1;
     off += r.consumed;
+    const std::uint64_t work_before = set_.turn_output_;
     set_.handler_->onRequest(*this, req);
+    ++set_.turn_requests_;
+    noteTurnWork(set_.turn_output_ - work_before);
+    if (off < len && set_.turnSpent() && usedQuantum()) yield();
   }
   return off;
+}
+
+void Connection::noteTurnWork(std::uint64_t bytes) noexcept {
+  if (turn_no_ != set_.turn_no_) {  // the first request of a new turn
+    turn_no_ = set_.turn_no_;
+    turn_bytes_ = 0;
+    turn_requests_ = 0;
+  }
+  turn_bytes_ += bytes;
+  ++turn_requests_;
+}
+
+bool Connection::usedQuantum() const noexcept {
+  return turn_bytes_ >= Connections::kQuantumBytes ||
+         turn_requests_ >= Connections::kQuantumRequests;
+}
+
+void Connection::yield() noexcept {
+  if (closing_) return;
+  try {
+    set_.yielded_ids_.push_back(id_);
+  } catch (...) {
+    return;  // cannot list it: it goes on decoding
+  }
+  yielded_ = true;
+  bump(set_.ctr_.turn_yields);
+  updateReading();
+  set_.continueSoon();
 }
 
 void Connection::noteDialect() noexcept {
@@ -236,13 +287,15 @@ void Connection::resume() {
     if (closing_) return;
   }
   // Stopping: requests not yet decoded are not started.
-  if (!paused_ && !pending_ && !set_.stopping_ && !failed_ && !in_.empty()) {
+  if (!paused_ && !pending_ && !yielded_ && !set_.stopping_ && !failed_ &&
+      !in_.empty()) {
     drainBuffered();
     if (closing_) return;
     in_.trim();
     noteInput();
   }
-  if (eof_ && !paused_ && !pending_ && !set_.stopping_ && !failed_) {
+  if (eof_ && !paused_ && !pending_ && !yielded_ && !set_.stopping_ &&
+      !failed_) {
     eof_ = false;
     handleEof();
     return;
@@ -256,8 +309,8 @@ void Connection::resume() {
 }
 
 bool Connection::wantsToRead() const noexcept {
-  return !closing_ && !paused_ && !input_paused_ && !eof_ &&
-         !close_after_flush_ && !set_.stopping_ &&
+  return !closing_ && !paused_ && !yielded_ && !input_paused_ &&
+         !input_yielded_ && !eof_ && !close_after_flush_ && !set_.stopping_ &&
          !(pending_ && in_.size() >= kPendingInputBytes);
 }
 
@@ -274,127 +327,6 @@ void Connection::updateReading() noexcept {
     uv_read_stop(stream());
   }
   reading_ = want;
-}
-
-// ---- Connection: output ----------------------------------------------------
-
-void Connection::send(std::string_view head, std::string_view body,
-                      bool requested) {
-  if (closing_) return;
-  const OutputLimits& lim = set_.output_;
-  const std::size_t n = head.size() + body.size();
-  if (!requested &&
-      dropUnrequestedPush(lim, set_.total_output_, outbox_.size(), n)) {
-    reject(set_.ctr_.rejected_slow_reader,
-           fmt::format("{} unsent bytes while the server's unsent output is "
-                       "past its budget of {} bytes",
-                       outbox_.size() + n, lim.total_budget));
-    return;
-  }
-  outbox_.append(head);
-  if (!body.empty()) outbox_.append(body);
-  set_.total_output_ += n;
-  set_.flush_list_.add(this);
-  checkOutput();
-}
-
-void Connection::checkOutput() {
-  const OutputLimits& lim = set_.output_;
-  CapAction action =
-      judgeOutput(lim, outbox_.size(), outbox_.writing(), paused_);
-  // A relay's connection carries many clients' replies: a full kernel buffer
-  // is not a reason to drop them all. It is paused (flow control); the stall
-  // timer and the memory budget still drop a relay that stopped reading.
-  if (mux_ && action == CapAction::kDrop)
-    action = paused_ ? CapAction::kNone : CapAction::kPause;
-  switch (action) {
-    case CapAction::kDrop:
-      reject(set_.ctr_.rejected_slow_reader,
-             fmt::format("slow reader: {} bytes of replies not taken (limit "
-                         "{})",
-                         outbox_.size(), 2 * lim.cap));
-      return;
-    case CapAction::kPause:
-      paused_ = true;
-      updateReading();
-      if (lim.stall_ms > 0 && !set_.stopping_) {
-        stall_.start(set_.now());
-        set_.paused(*this);
-      }
-      return;
-    case CapAction::kNone:
-      return;
-  }
-}
-
-void Connection::flush() noexcept {
-  if (closing_) return;
-  try {
-    Outbox::Flushed f = outbox_.flush(stream(), this, &Connection::onWrite);
-    bump(set_.ctr_.bytes_out, f.written);
-    if (f.written > 0) stall_.progressed(set_.now());
-    set_.total_output_ -= f.written;
-    if (f.error != 0) {
-      set_.log_.log(LogLevel::kDebug,
-                    fmt::format("connection {} from {}: write error {}", id_,
-                                peerName(), uv_strerror(f.error)));
-      close();
-      return;
-    }
-    if (outbox_.writing()) {
-      checkOutput();
-      if (closing_) return;
-    }
-  } catch (...) {
-    reject(set_.ctr_.rejected_limit, "out of memory while writing");
-    return;
-  }
-  afterOutputDrained();
-}
-
-void Connection::onWrite(uv_write_t* req, int status) noexcept {
-  auto* c = static_cast<Connection*>(req->data);
-  const std::size_t n = c->outbox_.finishWrite();
-  if (c->closing_) return;  // its bytes left the budget at close
-  Connections& s = c->set_;
-  s.total_output_ -= n;
-  if (status < 0) {
-    try {
-      s.log_.log(LogLevel::kDebug, fmt::format("connection {}: write error {}",
-                                               c->id_, uv_strerror(status)));
-    } catch (...) {
-    }
-    c->close();
-    return;
-  }
-  bump(s.ctr_.bytes_out, n);
-  c->stall_.progressed(s.now());
-  if (c->outbox_.hasPending()) {
-    c->flush();
-  } else {
-    c->afterOutputDrained();
-  }
-}
-
-// Some output was handed to the kernel: close a connection that was only
-// waiting for that, or resume a paused one that drained enough.
-void Connection::afterOutputDrained() noexcept {
-  if (closing_) return;
-  if ((set_.stopping_ || close_after_flush_) && outbox_.size() == 0 &&
-      !pending_) {
-    close();
-    return;
-  }
-  if (!paused_ || set_.stopping_ || close_after_flush_ ||
-      !mayResume(set_.output_, outbox_.size())) {
-    return;
-  }
-  paused_ = false;
-  try {
-    resume();
-  } catch (...) {
-    reject(set_.ctr_.rejected_limit, "out of memory while writing");
-  }
 }
 
 // ---- Connection: close -----------------------------------------------------
@@ -442,8 +374,16 @@ void Connection::close() noexcept {
   closing_ = true;
   set_.input_total_ -= counted_in_;
   counted_in_ = 0;
+  if (in_.capacity() >= Connections::kDeferFreeBytes) set_.freeLater(in_);
   if (mux_) mux_->closeAll();
-  set_.closed(*this);
+  set_.closed(*this);  // uncounts the unsent output: before it is taken
+  if (outbox_.size() >= Connections::kDeferFreeBytes) {
+    try {
+      outbox_.takeChunks(set_.dead_chunks_);
+      set_.continueSoon();
+    } catch (...) {  // freed with the connection
+    }
+  }
   uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {
     set_.on_drained_(set_.on_drained_arg_);

@@ -16,6 +16,18 @@
 // answers later); the bytes stay buffered and are decoded on resume. Reads
 // stop too while paused, and while pending with 64 KiB buffered.
 //
+// Work per loop turn is bounded: once the replies queued in this turn (all
+// connections together) pass Connections::kTurnOutputBytes, or the requests
+// decoded pass Connections::kTurnRequests, a connection that did its own
+// share of the turn (Connections::kQuantumBytes or kQuantumRequests) stops
+// decoding after its current request and yields; its buffered requests are
+// decoded in order on a later turn (Connections::onCheck), and it reads
+// nothing meanwhile. So one client pipelining large GETs cannot hold the loop
+// for longer than a few MiB of replies, and a client of small requests is
+// never queued behind it. Likewise reads into connections' own buffers
+// (large requests) stop for the turn once Connections::kTurnInputBytes were
+// read; small requests read on.
+//
 // Lifetime: a Connection is created by Connections::accept(), closed once
 // by close() (the handler's onClosing() runs, then the handle is closed) and
 // deleted in the handle's close callback, so a pointer stays valid for the
@@ -63,6 +75,8 @@ class Connection final : public Endpoint {
   }
   // As send(head + body), without joining them first.
   void send(std::string_view head, std::string_view body, bool requested);
+  // A reply, moved into the outbox without a copy.
+  void sendOwned(std::string bytes) override;
 
   // Decodes the buffered requests (if not paused, pending or closing) and
   // restarts reading if it had stopped. Throws std::bad_alloc.
@@ -102,6 +116,8 @@ class Connection final : public Endpoint {
   void drainBuffered();
   void noteDialect() noexcept;
   void checkOutput();
+  // `n` bytes were appended to the outbox.
+  void queued(std::size_t n);
   void flush() noexcept;
   void afterOutputDrained() noexcept;
   void stopForShutdown() noexcept;
@@ -109,9 +125,16 @@ class Connection final : public Endpoint {
   bool wantsToRead() const noexcept;
   // Holds part of a request and waits for more of it from the peer.
   bool holdsPartialRequest() const noexcept {
-    return !in_.empty() && !pending_ && !paused_ && !eof_ &&
-           !close_after_flush_ && !closing_;
+    return !in_.empty() && !pending_ && !paused_ && !yielded_ &&
+           !input_yielded_ && !eof_ && !close_after_flush_ && !closing_;
   }
+  // The turn's output budget is spent: stop decoding, continue next turn.
+  void yield() noexcept;
+  // A request of this connection did `bytes` of work in this turn.
+  void noteTurnWork(std::uint64_t bytes) noexcept;
+  // This connection did its share of this turn's work (only such yield:
+  // a client of small requests is never held behind those of large ones).
+  bool usedQuantum() const noexcept;
   void logClosing(std::string_view reason) noexcept;
   uv_stream_t* stream() noexcept {
     return reinterpret_cast<uv_stream_t*>(&tcp_);
@@ -131,13 +154,18 @@ class Connection final : public Endpoint {
   std::uint64_t last_read_ms_ = 0;  // loop time of the last byte read
   std::uint64_t failed_ms_ = 0;     // loop time of fail() (if failed_)
   bool reading_ = false;
-  bool paused_ = false;       // output over the cap: no reading, no decoding
-  bool eof_ = false;          // the peer half-closed; seen while pending
+  bool paused_ = false;        // output over the cap: no reading, no decoding
+  bool yielded_ = false;       // turn budget spent: decoded on a later turn
+  std::uint64_t turn_no_ = 0;  // the loop turn of turn_bytes_/requests_
+  std::uint64_t turn_bytes_ = 0;     // work of its requests in that turn
+  std::uint64_t turn_requests_ = 0;  // its requests decoded in that turn
+  bool eof_ = false;                 // the peer half-closed; seen while pending
   bool mux_decided_ = false;  // the first bytes were (or were not) the preamble
   // The peer half-closed: close once the replies are out.
   bool close_after_flush_ = false;
   bool dialect_noted_ = false;
   bool input_paused_ = false;   // budget: no reading until memory is freed
+  bool input_yielded_ = false;  // turn's large reads spent: read next turn
   std::size_t counted_in_ = 0;  // in_.capacity() charged to the budget
   void noteInput() noexcept;
   // The partial request's size, and what growing its buffer would add.

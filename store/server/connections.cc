@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/server/mux_session.h"
@@ -51,6 +52,9 @@ Status Connections::open(LoopHandles& handles) {
   auto sweep = handles.addTimer(this);
   if (!sweep) return sweep.error();
   sweep_timer_ = *sweep;
+  auto hangup = handles.addTimer(this);
+  if (!hangup) return hangup.error();
+  hangup_timer_ = *hangup;
   const std::uint64_t every = partialSweepEveryMs(partial_ms_);
   uv_timer_start(sweep_timer_, &Connections::onSweepTimer, every, every);
   return Status::ok();
@@ -103,17 +107,91 @@ void Connections::paused(Connection& c) {
   }
 }
 
+namespace {
+// CPU time of the calling thread, microseconds.
+std::uint64_t threadCpuUs() noexcept {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000u +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1000u;
+}
+}  // namespace
+
 void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
+  const std::uint64_t cpu = threadCpuUs();
+  if (s->last_check_cpu_us_ != 0 &&
+      cpu - s->last_check_cpu_us_ >
+          s->ctr_.max_turn_cpu_us.load(std::memory_order_relaxed)) {
+    s->ctr_.max_turn_cpu_us.store(cpu - s->last_check_cpu_us_,
+                                  std::memory_order_relaxed);
+  }
+  s->last_check_cpu_us_ = cpu;
   uv_idle_stop(s->flush_idle_);
+  s->turn_output_ = 0;
+  s->turn_input_ = 0;
+  s->turn_requests_ = 0;
+  ++s->turn_no_;
+  s->continueYielded();
   s->flush_list_.run([](Connection* c) { c->flush(); });
   s->freeDeadChannels();
+  const bool more_dead = s->freeSome();
   const std::uint64_t total = s->memoryUse().total();
   s->ctr_.memory_bytes.store(total, std::memory_order_relaxed);
-  if (s->budget_.max() == 0) return;
-  if (!s->input_paused_ids_.empty() && total < s->input_resume_below_)
-    s->resumeInput();
-  if (total > s->budget_.softLine()) s->shedOutput();
+  if (s->budget_.max() != 0) {
+    if (!s->input_paused_ids_.empty() && total < s->input_resume_below_)
+      s->resumeInput();
+    if (total > s->budget_.softLine()) s->shedOutput();
+  }
+  if (s->yield_head_ < s->yielded_ids_.size() || more_dead) s->continueSoon();
+}
+
+bool Connections::freeSome() noexcept {
+  if (!dead_inputs_.empty()) dead_inputs_.pop_back();  // >= 4 MiB each
+  std::size_t freed = 0;
+  while (!dead_chunks_.empty() && freed < kFreePerTurnBytes) {
+    freed += dead_chunks_.back().capacity();
+    dead_chunks_.pop_back();
+  }
+  if (dead_chunks_.empty() && dead_chunks_.capacity() > 1024)
+    std::vector<std::string>().swap(dead_chunks_);
+  return !dead_inputs_.empty() || !dead_chunks_.empty();
+}
+
+void Connections::continueYielded() noexcept {
+  // Oldest first, each served to its end (or its pause) before the next,
+  // as it would be without yields, in slices of a turn: one that yields
+  // again here stays at the head.
+  while (yield_head_ < yielded_ids_.size() && !turnSpent()) {
+    const ConnId id = yielded_ids_[yield_head_++];
+    Connection* c = find(id);
+    if (c == nullptr || c->closing_) continue;
+    if (c->input_yielded_) {
+      c->input_yielded_ = false;
+      c->updateReading();
+    }
+    if (!c->yielded_) continue;
+    c->yielded_ = false;
+    try {
+      c->resume();
+    } catch (...) {
+      c->reject(ctr_.rejected_limit,
+                "out of memory while serving the connection");
+    }
+    if (c->yielded_ && yielded_ids_.back() == id) {  // yield() appended it
+      yielded_ids_.pop_back();
+      yielded_ids_[--yield_head_] = id;
+    }
+  }
+  if (yield_head_ == yielded_ids_.size()) {
+    yielded_ids_.clear();
+    yield_head_ = 0;
+  } else if (yield_head_ > yielded_ids_.size() / 2) {
+    yielded_ids_.erase(
+        yielded_ids_.begin(),
+        yielded_ids_.begin() + static_cast<std::ptrdiff_t>(yield_head_));
+    yield_head_ = 0;
+  }
 }
 
 // Resumes the paused connections whose next buffer growth fits now (and
@@ -143,6 +221,51 @@ void Connections::notePausedInput(const Connection& c) noexcept {
   const std::uint64_t at =
       g < budget_.resumeLine() ? budget_.resumeLine() - g : 0;
   if (at > input_resume_below_) input_resume_below_ = at;
+  if (!uv_is_active(reinterpret_cast<uv_handle_t*>(hangup_timer_))) {
+    uv_timer_start(hangup_timer_, &Connections::onHangupTimer, kHangupCheckMs,
+                   kHangupCheckMs);
+  }
+}
+
+namespace {
+// The peer of `stream` sent its FIN (or the connection is gone), as the
+// kernel's TCP state says; false if it cannot tell.
+bool peerHungUp(uv_stream_t* stream) noexcept {
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(stream), &fd) != 0) {
+    return false;
+  }
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state == TCP_CLOSE_WAIT || info.tcpi_state == TCP_CLOSE ||
+         info.tcpi_state == TCP_LAST_ACK;
+}
+}  // namespace
+
+// One getsockopt per paused connection (about a microsecond), at most
+// kHangupCheckMs apart; the list holds only connections paused for input.
+void Connections::onHangupTimer(uv_timer_t* timer) noexcept {
+  auto* s = static_cast<Connections*>(timer->data);
+  bool any = false;
+  for (std::size_t i = 0; i < s->input_paused_ids_.size(); ++i) {
+    Connection* c = s->find(s->input_paused_ids_[i]);
+    if (c == nullptr || c->closing_ || !c->input_paused_) continue;
+    if (!peerHungUp(c->stream())) {
+      any = true;
+      continue;
+    }
+    std::string why;
+    try {
+      why = fmt::format(
+          "peer hung up with {} bytes of a {} byte request buffered "
+          "(paused for the memory budget)",
+          c->in_.size(), c->partialBytes());
+    } catch (...) {
+    }
+    c->reject(s->ctr_.rejected_peer_gone, why);
+  }
+  if (!any) uv_timer_stop(timer);
 }
 
 // A connection counts as not reading when the kernel took all it would (a

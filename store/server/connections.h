@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -32,6 +33,19 @@ class Connections {
  public:
   // Bytes of the loop-wide read buffer.
   static constexpr std::size_t kScratchBytes = 64 * 1024;
+  // Replies queued per loop turn (all connections) before connections with
+  // more buffered requests yield (connection.h). Bounds the turn's work.
+  static constexpr std::size_t kTurnOutputBytes = 4 * 1024 * 1024;
+  // Likewise requests decoded per loop turn (a pipeline of 50,000 SETs
+  // has no replies to count).
+  static constexpr std::size_t kTurnRequests = 4096;
+  // A connection yields (the turn's budget being spent) only once it did
+  // this much work itself in the turn.
+  static constexpr std::size_t kQuantumBytes = 64 * 1024;
+  static constexpr std::size_t kQuantumRequests = 64;
+  // Bytes read per loop turn (all connections) before reads of large
+  // requests wait for the next turn (fresh pages cost a fault each).
+  static constexpr std::size_t kTurnInputBytes = 8 * 1024 * 1024;
 
   // `limits` and `output` are copied; `ctr` and `log` outlive this.
   Connections(const protocol::Limits& limits, const OutputLimits& output,
@@ -96,6 +110,27 @@ class Connections {
   void flushSoon() noexcept {
     if (!flush_list_.empty()) uv_idle_start(flush_idle_, &Connections::onIdle);
   }
+  // Input buffers and unsent output of closed connections at least this
+  // large are freed over later loop turns, kFreePerTurnBytes a turn: many
+  // closed at once would otherwise unmap GiBs in one callback.
+  static constexpr std::size_t kDeferFreeBytes = 4 * 1024 * 1024;
+  static constexpr std::size_t kFreePerTurnBytes = 16 * 1024 * 1024;
+  // Takes `in`'s allocation, freed on a later loop turn.
+  void freeLater(InputBuffer& in) noexcept {
+    try {
+      dead_inputs_.push_back(in.takeStorage());
+      continueSoon();
+    } catch (...) {  // freed now, when `in` is destroyed
+    }
+  }
+  // Work done in this loop turn besides replies (bytes of values freed: a
+  // pipeline of DELETEs of large values unmaps as much as it frees), counted
+  // against kTurnOutputBytes.
+  void chargeTurn(std::uint64_t bytes) noexcept { turn_output_ += bytes; }
+  // A connection yielded: the loop must not block before it continues.
+  void continueSoon() noexcept {
+    uv_idle_start(flush_idle_, &Connections::onIdle);
+  }
   // Warn lines about closed connections, rate-limited.
   void logRejection(std::string_view line) noexcept;
 
@@ -108,7 +143,16 @@ class Connections {
   static void onStallTimer(uv_timer_t* timer) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
   static void onSweepTimer(uv_timer_t* timer) noexcept;
+  // Input paused for the budget is not read, so a peer that hung up is not
+  // seen through a read: every kHangupCheckMs the paused connections'
+  // TCP state is looked at, and one whose peer sent its FIN (CLOSE_WAIT)
+  // is closed: its partial request can never complete.
+  static void onHangupTimer(uv_timer_t* timer) noexcept;
+  static constexpr std::uint64_t kHangupCheckMs = 250;
   void paused(Connection& c);
+  // Resumes yielded connections, oldest first, while the turn's output
+  // budget lasts; the rest stay listed for the next turn.
+  void continueYielded() noexcept;
   void closed(Connection& c) noexcept;
   // Past the soft line: drops the non-reading connections holding the most
   // unsent output until under it (at most every kShedEveryMs).
@@ -140,6 +184,19 @@ class Connections {
   FlushList<Connection> flush_list_;
   uv_idle_t* flush_idle_ = nullptr;  // active: the loop does not block
   std::uint64_t total_output_ = 0;   // sum of outbox sizes
+  std::uint64_t turn_output_ = 0;    // bytes queued since the last check
+  std::uint64_t turn_input_ = 0;     // bytes read since the last check
+  std::uint64_t turn_requests_ = 0;  // requests decoded since the last check
+  std::uint64_t turn_no_ = 1;        // loop turns (check phases) so far
+  std::uint64_t last_check_cpu_us_ = 0;  // loop thread's CPU at the check
+  // The turn's budget of replies or requests is spent: connections yield.
+  bool turnSpent() const noexcept {
+    return turn_output_ >= kTurnOutputBytes || turn_requests_ >= kTurnRequests;
+  }
+  // Yielded connections in order, [yield_head_, end) still to resume; may
+  // hold stale ids.
+  std::vector<ConnId> yielded_ids_;
+  std::size_t yield_head_ = 0;
   // Paused connections checked for a stall; may hold stale or repeated ids.
   std::vector<ConnId> paused_ids_;
   uv_timer_t* stall_timer_ = nullptr;
@@ -151,7 +208,12 @@ class Connections {
   MemoryBudget budget_{0};
   const store::Backend* backend_ = nullptr;
   std::uint64_t input_total_ = 0;  // sum of connections' input capacities
-  std::vector<ConnId> input_paused_ids_;  // may hold stale ids
+  std::vector<ConnId> input_paused_ids_;           // may hold stale ids
+  std::vector<InputBuffer::Storage> dead_inputs_;  // see freeLater()
+  std::vector<std::string> dead_chunks_;           // closed connections' output
+  // Frees some of dead_inputs_ and dead_chunks_; true if some are left.
+  bool freeSome() noexcept;
+  uv_timer_t* hangup_timer_ = nullptr;  // runs while input is paused
   // resumeInput() runs once the total is under this (the most any paused
   // connection can take).
   std::uint64_t input_resume_below_ = 0;

@@ -45,6 +45,9 @@ ServerCounters Counters::snapshot() const noexcept {
   c.rejected_semantic = get(rejected_semantic);
   c.rejected_slow_reader = get(rejected_slow_reader);
   c.rejected_partial_timeout = get(rejected_partial_timeout);
+  c.rejected_peer_gone = get(rejected_peer_gone);
+  c.turn_yields = get(turn_yields);
+  c.max_turn_cpu_us = get(max_turn_cpu_us);
   c.budget_refused = get(budget_refused);
   c.budget_dropped = get(budget_dropped);
   c.budget_input_paused = get(budget_input_paused);
@@ -74,13 +77,15 @@ std::string countersLine(const ServerCounters& c) {
   }
   out += fmt::format(
       " | conns accepted={} closed={} open={} v1.13={} v2={} | rejected "
-      "protocol={} limit={} semantic={} slow_reader={} partial_timeout={} | "
-      "accept_errors={} shed={} | bytes in={} out={}",
+      "protocol={} limit={} semantic={} slow_reader={} partial_timeout={} "
+      "peer_gone={} | accept_errors={} shed={} turn_yields={} "
+      "max_turn_cpu_us={} | bytes in={} out={}",
       c.connections_accepted, c.connections_closed, c.connections_open,
       c.connections_v113, c.connections_v2, c.rejected_protocol,
       c.rejected_limit, c.rejected_semantic, c.rejected_slow_reader,
-      c.rejected_partial_timeout, c.accept_errors, c.connections_shed,
-      c.bytes_in, c.bytes_out);
+      c.rejected_partial_timeout, c.rejected_peer_gone, c.accept_errors,
+      c.connections_shed, c.turn_yields, c.max_turn_cpu_us, c.bytes_in,
+      c.bytes_out);
   out += fmt::format(
       " | budget refused={} dropped={} input_paused={} memory_bytes={}",
       c.budget_refused, c.budget_dropped, c.budget_input_paused,

@@ -31,6 +31,9 @@ struct Counters {
   Counter rejected_semantic{0};
   Counter rejected_slow_reader{0};
   Counter rejected_partial_timeout{0};
+  Counter rejected_peer_gone{0};
+  Counter turn_yields{0};
+  Counter max_turn_cpu_us{0};  // a gauge
   Counter budget_refused{0};
   Counter budget_dropped{0};
   Counter budget_input_paused{0};

@@ -56,6 +56,17 @@ void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
     Dispatcher* d;
     ~Leave() { d->leaveDispatch(); }
   } leave{this};
+  // Values freed by this request count as work of the turn (runs before
+  // leave: only this request's frees).
+  const std::size_t held = backend_.memoryBytes();
+  struct ChargeFreed {
+    Dispatcher* d;
+    std::size_t held;
+    ~ChargeFreed() {
+      const std::size_t now = d->backend_.memoryBytes();
+      if (now < held) d->conns_.chargeTurn(held - now);
+    }
+  } charge_freed{this, held};
   Result<Backend::Outcome> r = [&] {
     try {
       return backend_.submit(c.id(), req, fx_);
@@ -85,8 +96,20 @@ void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
       refusedForBudget(c, req, fx_.bytes().size(), true))
     return;  // the reply would cross the budget: nothing changed
   if (join != kNoCount) noteJoin(join, fx_, c.id());
+  if (isWholeLargeReply(fx_, c.id())) {
+    c.sendOwned(fx_.takeBytes());  // no second copy of a large reply
+    fx_ = Effects();
+    return;
+  }
   route(fx_, &c);
   if (fx_.bytes().capacity() > kKeepEffectsBytes) fx_ = Effects();
+}
+
+bool Dispatcher::isWholeLargeReply(const Effects& fx, ConnId self) noexcept {
+  if (fx.sends().size() != 1 || fx.bytes().size() <= kKeepEffectsBytes)
+    return false;
+  const Effects::Send& s = fx.sends().front();
+  return s.conn == self && s.offset == 0 && s.length == fx.bytes().size();
 }
 
 void Dispatcher::leaveDispatch() noexcept {

@@ -69,6 +69,9 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   bool refusedForBudget(Endpoint& c, const protocol::Request& req,
                         std::uint64_t extra, bool large = false);
   static bool isReadOnly(protocol::Command cmd) noexcept;
+  // fx is one send to `self` of all its bytes, a large one: it can be
+  // handed over instead of copied.
+  static bool isWholeLargeReply(const store::Effects& fx, ConnId self) noexcept;
   std::int64_t joinCount(const protocol::Request& req) const noexcept;
   void noteJoin(std::int64_t count, const store::Effects& fx,
                 store::ConnId conn) noexcept;

@@ -38,6 +38,10 @@ class Endpoint {
   // own request (false: a push it did not ask for, which the output policy
   // may refuse by dropping a client that is behind). Throws std::bad_alloc.
   virtual void send(std::string_view bytes, bool requested) = 0;
+  // A reply to this endpoint's own request, as send(bytes, true), handing
+  // the buffer over (a large reply is then not copied again). Throws
+  // std::bad_alloc.
+  virtual void sendOwned(std::string bytes) { send(bytes, true); }
   // Bytes queued for this client and not yet written: how far behind its
   // reader is (the budget judges replies to clients far behind strictly).
   virtual std::size_t unsentBytes() const noexcept = 0;

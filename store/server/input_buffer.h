@@ -5,11 +5,18 @@
 // (reserveTail/commit or append), the decoder consumes from the front, and
 // trim() once per read batch keeps memory bounded. Grows geometrically; never
 // shrinks while it holds bytes. Pure data, no I/O.
+//
+// Growth is a realloc(): a large buffer is its own mapping (the server sets
+// glibc's mmap threshold, see main.cc), which glibc grows with mremap, moving
+// page-table entries instead of copying the bytes. So a 96 MiB partial
+// request grows to its size without copies of tens of MiB.
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 
 namespace tcpstore::server {
 
@@ -42,9 +49,20 @@ class InputBuffer {
     const std::size_t want = live + n;
     std::size_t cap = cap_ < kMinCapacity ? kMinCapacity : cap_ * 2;
     while (cap < want) cap *= 2;
-    std::unique_ptr<char[]> next(new char[cap]);
-    if (live > 0) std::memcpy(next.get(), buf_.get() + begin_, live);
-    buf_ = std::move(next);
+    if (live == 0) {
+      buf_.reset();  // nothing to keep: realloc would copy the old bytes
+      cap_ = 0;
+    } else if (begin_ > 0) {
+      std::memmove(buf_.get(), data(), live);
+    }
+    void* next = std::realloc(buf_.get(), cap);  // keeps the live bytes
+    if (next == nullptr) {
+      begin_ = 0;  // still valid: the bytes were moved to the front
+      end_ = live;
+      throw std::bad_alloc();
+    }
+    (void)buf_.release();
+    buf_.reset(static_cast<char*>(next));
     cap_ = cap;
     begin_ = 0;
     end_ = live;
@@ -77,8 +95,18 @@ class InputBuffer {
     }
   }
 
+  struct Free {
+    void operator()(char* p) const noexcept { std::free(p); }
+  };
+  using Storage = std::unique_ptr<char, Free>;
+  // Hands over the allocation (to be freed later) and empties this buffer.
+  Storage takeStorage() noexcept {
+    cap_ = begin_ = end_ = 0;
+    return std::move(buf_);
+  }
+
  private:
-  std::unique_ptr<char[]> buf_;
+  Storage buf_;
   std::size_t cap_ = 0;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;

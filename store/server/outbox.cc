@@ -1,49 +1,102 @@
 #include "store/server/outbox.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace tcpstore::server {
 
 namespace {
-// Largest piece of one uv_buf_t.
+// Largest piece of one uv_buf_t (its length is 32-bit).
 constexpr std::size_t kMaxBufBytes = std::size_t{1} << 30;
-// Output buffers above this are released once written.
+// A connection keeps one chunk of at most this capacity once its output is
+// written (no allocation per reply for the common small ones).
 constexpr std::size_t kKeepBytes = 64 * 1024;
 
-void release(std::string& s) noexcept {
-  s.clear();
-  if (s.capacity() > kKeepBytes) std::string().swap(s);
+// Empties `chunks`, keeping a first chunk whose capacity is small.
+void release(std::vector<std::string>& chunks) noexcept {
+  if (chunks.empty()) return;
+  if (chunks.front().capacity() <= kKeepBytes) {
+    chunks.front().clear();
+    chunks.resize(1);  // shrinking: no allocation
+  } else {
+    chunks.clear();
+  }
+  if (chunks.capacity() > 64) std::vector<std::string>().swap(chunks);
 }
 }  // namespace
 
+void Outbox::append(std::string_view bytes) {
+  if (bytes.empty()) return;
+  if (pending_.empty() || pending_.back().size() + bytes.size() > kChunkBytes) {
+    if (!pending_.empty() && pending_.back().empty()) {
+      // The kept chunk: reuse it.
+    } else {
+      pending_.emplace_back();
+    }
+  }
+  pending_.back().append(bytes.data(), bytes.size());
+  pending_bytes_ += bytes.size();
+}
+
+void Outbox::append(std::string&& bytes) {
+  if (bytes.size() <= kKeepBytes) {
+    append(std::string_view(bytes));
+    return;
+  }
+  const std::size_t n = bytes.size();
+  if (!pending_.empty() && pending_.back().empty()) {
+    pending_.back() = std::move(bytes);
+  } else {
+    pending_.push_back(std::move(bytes));
+  }
+  pending_bytes_ += n;
+}
+
+void Outbox::describe(const std::vector<std::string>& chunks,
+                      std::size_t offset) {
+  bufs_.clear();
+  for (const std::string& c : chunks) {
+    for (std::size_t at = offset; at < c.size(); at += kMaxBufBytes) {
+      const std::size_t len = std::min(kMaxBufBytes, c.size() - at);
+      bufs_.push_back(uv_buf_init(const_cast<char*>(c.data()) + at,
+                                  static_cast<unsigned>(len)));
+    }
+    offset = 0;
+  }
+}
+
 Outbox::Flushed Outbox::flush(uv_stream_t* stream, void* data, uv_write_cb cb) {
   Flushed f;
-  if (writing_ || pending_.empty()) return f;
-  uv_buf_t b = uv_buf_init(
-      pending_.data(),
-      static_cast<unsigned>(std::min(pending_.size(), kMaxBufBytes)));
-  int r = uv_try_write(stream, &b, 1);
+  if (writing_ || pending_bytes_ == 0) return f;
+  describe(pending_, 0);
+  int r =
+      uv_try_write(stream, bufs_.data(), static_cast<unsigned>(bufs_.size()));
   if (r == UV_EAGAIN || r == UV_ENOSYS) r = 0;
   if (r < 0) {
     f.error = r;
     return f;
   }
   f.written = static_cast<std::size_t>(r);
-  if (f.written == pending_.size()) {
+  if (f.written == pending_bytes_) {
+    pending_bytes_ = 0;
     release(pending_);
     return f;
   }
-  inflight_.assign(pending_, f.written, std::string::npos);
-  release(pending_);
-  std::vector<uv_buf_t> bufs;
-  for (std::size_t at = 0; at < inflight_.size(); at += kMaxBufBytes) {
-    std::size_t len = std::min(kMaxBufBytes, inflight_.size() - at);
-    bufs.push_back(
-        uv_buf_init(inflight_.data() + at, static_cast<unsigned>(len)));
-  }
+  // The rest moves to the write in flight: whole chunks, no copy. The
+  // first chunk may be partly written.
+  std::size_t skip = f.written, first = 0;
+  while (skip >= pending_[first].size()) skip -= pending_[first++].size();
+  inflight_.clear();
+  inflight_.reserve(pending_.size() - first);
+  for (std::size_t i = first; i < pending_.size(); ++i)
+    inflight_.push_back(std::move(pending_[i]));
+  inflight_bytes_ = pending_bytes_ - f.written;
+  pending_.clear();
+  pending_bytes_ = 0;
+  describe(inflight_, skip);
   wreq_.data = data;
-  int rc = uv_write(&wreq_, stream, bufs.data(),
-                    static_cast<unsigned>(bufs.size()), cb);
+  int rc = uv_write(&wreq_, stream, bufs_.data(),
+                    static_cast<unsigned>(bufs_.size()), cb);
   if (rc != 0) {
     f.error = rc;
     return f;
@@ -52,10 +105,30 @@ Outbox::Flushed Outbox::flush(uv_stream_t* stream, void* data, uv_write_cb cb) {
   return f;
 }
 
-std::size_t Outbox::finishWrite() noexcept {
+void Outbox::takeChunks(std::vector<std::string>& dead) {
+  dead.reserve(dead.size() + pending_.size() +
+               (writing_ ? 0 : inflight_.size()));
+  for (std::string& c : pending_) dead.push_back(std::move(c));
+  pending_.clear();
+  pending_bytes_ = 0;
+  if (writing_) return;
+  for (std::string& c : inflight_) dead.push_back(std::move(c));
+  inflight_.clear();
+  inflight_bytes_ = 0;
+}
+
+std::size_t Outbox::finishWrite(std::vector<std::string>* dead) noexcept {
   writing_ = false;
-  std::size_t n = inflight_.size();
-  release(inflight_);
+  const std::size_t n = inflight_bytes_;
+  inflight_bytes_ = 0;
+  if (dead != nullptr) {
+    try {
+      takeChunks(*dead);
+    } catch (...) {  // freed below, now
+    }
+  }
+  inflight_.clear();
+  if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
   return n;
 }
 

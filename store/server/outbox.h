@@ -4,8 +4,14 @@
 // Replies are appended during a read batch and written once per loop turn
 // (the server's uv_check runs the FlushList), so a pipelined batch leaves in
 // one write: uv_try_write first, and only what the kernel did not take goes
-// to a uv_write (in 1 GiB pieces: uv_buf_t lengths are 32-bit). At most one
-// uv_write is in flight; bytes appended meanwhile wait in `pending`.
+// to a uv_write. At most one uv_write is in flight; bytes appended meanwhile
+// wait in `pending`.
+//
+// The bytes are held in chunks: small replies share a chunk of up to
+// kChunkBytes, a larger one (or a buffer handed over whole) is a chunk of
+// its own. So a large backlog never grows by doubling one buffer (copies of
+// tens of MiB), and what the kernel did not take moves to the write in
+// flight without a copy.
 #pragma once
 
 #include <uv.h>
@@ -19,18 +25,20 @@ namespace tcpstore::server {
 
 class Outbox {
  public:
+  // Small appends share a chunk up to this size.
+  static constexpr std::size_t kChunkBytes = 256 * 1024;
+
   // Unsent bytes (pending and in flight).
-  std::size_t size() const noexcept {
-    return pending_.size() + inflight_.size();
-  }
-  bool hasPending() const noexcept { return !pending_.empty(); }
+  std::size_t size() const noexcept { return pending_bytes_ + inflight_bytes_; }
+  bool hasPending() const noexcept { return pending_bytes_ > 0; }
   // A uv_write is in flight: the kernel took all it would.
   bool writing() const noexcept { return writing_; }
 
-  // Throws std::bad_alloc.
-  void append(std::string_view bytes) {
-    pending_.append(bytes.data(), bytes.size());
-  }
+  // Copies `bytes` to the end. Throws std::bad_alloc.
+  void append(std::string_view bytes);
+  // Moves `bytes` to the end (no copy when it is large). Throws
+  // std::bad_alloc.
+  void append(std::string&& bytes);
 
   struct Flushed {
     int error = 0;            // a libuv error: the connection must close
@@ -41,13 +49,24 @@ class Outbox {
   // with req->data = `data`. Throws std::bad_alloc.
   Flushed flush(uv_stream_t* stream, void* data, uv_write_cb cb);
   // In the write callback: the in-flight write ended. Returns its bytes.
-  std::size_t finishWrite() noexcept;
+  // Its chunks are freed, or moved to `dead` if given (freed later).
+  std::size_t finishWrite(std::vector<std::string>* dead = nullptr) noexcept;
+  // Closing: moves the pending chunks (and those of a write no longer in
+  // flight) to `dead`, to be freed later. Throws std::bad_alloc (then the
+  // chunks stay here).
+  void takeChunks(std::vector<std::string>& dead);
 
  private:
   template <typename T>
   friend class FlushList;
-  std::string pending_;   // not yet handed to the kernel
-  std::string inflight_;  // owned by the current uv_write
+  // Fills bufs_ with the bytes of `chunks`, the first from `offset`.
+  void describe(const std::vector<std::string>& chunks, std::size_t offset);
+
+  std::vector<std::string> pending_;   // not yet handed to the kernel
+  std::vector<std::string> inflight_;  // owned by the current uv_write
+  std::size_t pending_bytes_ = 0;
+  std::size_t inflight_bytes_ = 0;
+  std::vector<uv_buf_t> bufs_;  // scratch of flush()
   uv_write_t wreq_{};
   bool writing_ = false;
   bool listed_ = false;  // in a FlushList

@@ -355,6 +355,113 @@ TEST_CASE("budget: partial large requests are paused under the budget") {
   CHECK(honest.recv(12) == u64le(4) + "fine");
 }
 
+// One read callback must not answer a whole pipeline of large GETs: past
+// Connections::kTurnOutputBytes of replies in a loop turn the connection
+// yields, and its requests (and its EOF) continue on later turns, in order.
+TEST_CASE("work per loop turn: pipelined large GETs yield and keep order") {
+  auto s = ScopedServer::local();
+  RawConn other = conn2(*s);
+  const std::string value(1024 * 1024, 'g');
+  REQUIRE(other.send(byte(v2::kSet) + str("/big") + str(value)));
+  REQUIRE(pingFence(other));
+  RawConn c = conn2(*s);
+  constexpr int kGets = 12;  // 12 MiB of replies: three turns' worth
+  std::string m;
+  for (int k = 0; k < kGets; ++k) m += byte(v2::kGet) + str("/big");
+  m += byte(v2::kSet) + str("/after") + str("x");
+  m += byte(v2::kGet) + str("/after");
+  REQUIRE(c.send(m));
+  c.shutdownWrite();        // the EOF behind them is judged after them
+  CHECK(pingFence(other));  // the other client is served meanwhile
+  std::string want;
+  for (int k = 0; k < kGets; ++k) want += u64le(value.size()) + value;
+  want += u64le(1) + "x";
+  std::string got;
+  CHECK(c.waitClosed(&got, milliseconds(10000)));
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
+  CHECK(s->counters().turn_yields >= 1);
+}
+
+// A pipeline of many small requests (no large replies to count) yields too,
+// past Connections::kTurnRequests, and its replies stay in order.
+TEST_CASE("work per loop turn: a long pipeline of small requests yields") {
+  auto s = ScopedServer::local();
+  RawConn other = conn2(*s);
+  RawConn c = conn2(*s);
+  constexpr int kAdds = 50000;  // ~1 MB, sent at once
+  std::string m;
+  for (int k = 0; k < kAdds; ++k) m += byte(v2::kAdd) + str("/n") + i64le(1);
+  REQUIRE(c.send(m));
+  CHECK(pingFence(other));  // the other client is served meanwhile
+  const std::string got = c.recv(8 * kAdds, milliseconds(20000));
+  REQUIRE(got.size() == 8 * kAdds);
+  bool in_order = true;
+  for (int k = 0; k < kAdds && in_order; ++k)
+    in_order = got.compare(8 * k, 8, i64le(k + 1)) == 0;
+  CHECK(in_order);
+  CHECK(s->counters().turn_yields >= 1);
+}
+
+// Freeing large values is work too (unmapping them): a pipeline of DELETEs
+// of 1 MiB values yields like a pipeline of large GETs.
+TEST_CASE("work per loop turn: pipelined DELETEs of large values yield") {
+  auto s = ScopedServer::local();
+  RawConn c = conn2(*s);
+  const std::string value(1024 * 1024, 'd');
+  constexpr int kValues = 12;
+  for (int k = 0; k < kValues; ++k) {
+    REQUIRE(
+        c.send(byte(v2::kSet) + str("/del/" + std::to_string(k)) + str(value)));
+  }
+  REQUIRE(pingFence(c));
+  const auto yields = s->counters().turn_yields;
+  std::string m;
+  for (int k = 0; k < kValues; ++k)
+    m += byte(v2::kDeleteKey) + str("/del/" + std::to_string(k));
+  REQUIRE(c.send(m));
+  std::string want;
+  for (int k = 0; k < kValues; ++k) want += i64le(1);
+  CHECK(c.recv(want.size()) == want);
+  CHECK(s->counters().turn_yields > yields);
+}
+
+// A connection paused for the budget is not read, so its peer's FIN is not
+// seen through a read: the server must find it in the TCP state, or the
+// paused request's memory stays charged until partial_request_ms (60 s).
+TEST_CASE("budget: a paused partial request whose peer hangs up is closed") {
+  tcpstore::ServerOptions o;
+  o.limits.max_memory_bytes = kBudget;
+  o.limits.max_value_bytes = 16 * 1024 * 1024;
+  auto s = ScopedServer::local(o);  // partial_request_ms: 60 s
+  RawConn honest = conn2(*s);
+  // Small SETs (not refused under the budget itself) take the server past
+  // its soft line: from there a large partial request is not read.
+  const std::string value(60000, 'v');
+  const std::uint64_t soft = kBudget - kBudget / 16;
+  for (int i = 0; s->counters().memory_bytes <= soft; ++i) {
+    REQUIRE(i < 200);
+    REQUIRE(honest.send(byte(v2::kSet) + str("/fill/" + std::to_string(i)) +
+                        str(value)));
+    REQUIRE(pingFence(honest));
+  }
+  const auto paused = s->counters().budget_input_paused;
+  // A small part of a large SET: the server stops reading it at once, and
+  // what it did not read fits the kernel's buffers, so the FIN arrives.
+  RawConn quitter = conn2(*s);
+  REQUIRE(quitter.send(byte(v2::kSet) + str("/quitter") + u64le(16 << 20) +
+                       std::string(100 * 1024, 'q')));
+  REQUIRE(
+      eventually([&] { return s->counters().budget_input_paused > paused; }));
+  const auto charged = s->counters().memory_bytes;
+  quitter.close();
+  CHECK(eventually([&] { return s->counters().rejected_peer_gone == 1; },
+                   milliseconds(5000)));
+  CHECK(s->counters().rejected_partial_timeout == 0);
+  CHECK(eventually([&] { return s->counters().memory_bytes < charged; }));
+  CHECK(pingFence(honest));  // the honest client is still served
+}
+
 // A MULTI_SET of many values crosses a field boundary after each value; the
 // bytes read there (the next key's header and what follows) must be charged
 // and paused like the bytes inside a value, or each connection's buffer

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -72,4 +73,33 @@ TEST_CASE("input buffer: a large buffer is released once empty") {
   CHECK(b.capacity() == 0);
   b.append("x", 1);  // usable again
   CHECK(live(b) == "x");
+}
+
+TEST_CASE("input buffer: growing keeps the live bytes after a consumed front") {
+  InputBuffer b;
+  std::string bytes;
+  for (int i = 0; i < 300; ++i)
+    bytes.push_back(static_cast<char>('a' + i % 26));
+  b.append(bytes.data(), bytes.size());  // 512 bytes of capacity
+  b.consume(100);                        // 200 live bytes at offset 100
+  b.reserveTail(4 * 1024 * 1024);        // grows (realloc): bytes kept
+  CHECK(b.capacity() >= 200 + 4 * 1024 * 1024);
+  CHECK(live(b) == std::string_view(bytes).substr(100));
+  // Grown again from a large block (mremap when it is mapped): still kept.
+  std::memset(b.reserveTail(1), 'z', 1);
+  b.commit(1);
+  b.reserveTail(b.capacity());
+  CHECK(live(b) == std::string(bytes.substr(100)) + "z");
+}
+
+TEST_CASE("input buffer: takeStorage hands over the block and empties it") {
+  InputBuffer b;
+  b.append("abc", 3);
+  InputBuffer::Storage s = b.takeStorage();
+  CHECK(s != nullptr);
+  CHECK(std::string_view(s.get(), 3) == "abc");
+  CHECK(b.empty());
+  CHECK(b.capacity() == 0);
+  b.append("de", 2);  // usable again
+  CHECK(live(b) == "de");
 }
