@@ -62,7 +62,9 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
   }
 }
 
-[[noreturn]] void serverMain(int lfd) {
+}  // namespace
+
+[[noreturn]] void serveSizedEcho(int lfd) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -135,8 +137,6 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
   }
 }
 
-}  // namespace
-
 void appendSizedEcho(std::string& out, std::uint32_t total_len,
                      std::uint32_t reply_len) {
   total_len = std::max(total_len, kSizedEchoHeader);
@@ -148,7 +148,7 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 
 int startSizedEchoServer(Endpoint& ep) {
   // Below the ephemeral range: the generator binds explicit ports in it.
-  return forkLoopbackServer(ep, true, serverMain);
+  return forkLoopbackServer(ep, true, serveSizedEcho);
 }
 
 }  // namespace tcpstore::bench

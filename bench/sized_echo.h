@@ -27,4 +27,8 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 // sets `ep` to its address. Stop it with stopChild() (bench/scenarios.h).
 int startSizedEchoServer(Endpoint& ep);
 
+// Serves sized-echo messages on the listening socket `listen_fd` in this
+// process, forever (exits when its parent does).
+[[noreturn]] void serveSizedEcho(int listen_fd);
+
 }  // namespace tcpstore::bench
