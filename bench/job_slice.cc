@@ -68,6 +68,7 @@ class JobSlice final : public ConnHandler, public TimerHandler {
         ranks_(n_),
         value_(static_cast<std::size_t>(opt.value_bytes), 'v') {
     loop_.setSourceMode(common.source_mode);
+    loop_.setRecvBuffer(common.rcvbuf);
     const std::string& p = common.key_prefix;
     init_key_ = p + "/init/";
     barrier_key_ = p + "/barrier";

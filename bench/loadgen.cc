@@ -222,6 +222,9 @@ int Loop::openSocket(const Endpoint& ep, int& err) {
   }
   int one = 1;
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (rcvbuf_ > 0) {
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf_, sizeof(rcvbuf_));
+  }
   if (!ep.ipv4 || source_mode_ == SourceMode::kKernel) return fd;
   sockaddr_in src{};
   src.sin_family = AF_INET;

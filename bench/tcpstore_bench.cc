@@ -68,6 +68,7 @@ common options:
                       (the kernel's own choice gets quadratic with 10k+ connections to
                       one destination); addrs = 127.S.x.y addresses (beware: servers
                       that reverse-resolve peers then query DNS); kernel = plain connect
+  --rcvbuf BYTES      SO_RCVBUF of every client socket (init-job; default: autotuning)
   --pin-cpu N         run the generator and every thread of --server-pid on CPU N
                       (restored at exit); for stable round-trip latency on a VM
   --quiet             no progress lines on stderr
@@ -199,6 +200,8 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       job.start_at_ns = std::strtoll(v, &end, 10);
       ok = end != v && *end == '\0' && job.start_at_ns >= 0;
+    } else if (a == "--rcvbuf") {
+      ok = parseInt(v, common.rcvbuf) && common.rcvbuf <= (64 << 20);
     } else if (a == "--host") {
       echo_host = v;
     } else if (a == "--arrival-spread") {

@@ -29,6 +29,7 @@ import os
 import random
 import resource
 import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -47,6 +48,57 @@ def cpu_seconds(pid):
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
+
+
+TCP_COUNTERS = ("ListenOverflows", "TCPSynRetrans", "TCPTimeouts", "TCPMemoryPressures",
+                "TCPRcvQDrop")
+
+
+def tcp_counters():
+    """Machine-wide TcpExt counters of /proc/net/netstat (connect-storm trouble)."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+        for head, vals in zip(lines[::2], lines[1::2]):
+            if head.startswith("TcpExt:"):
+                d = dict(zip(head.split()[1:], (int(x) for x in vals.split()[1:])))
+                return {k: d.get(k, 0) for k in TCP_COUNTERS}
+    except (OSError, ValueError):
+        pass
+    return {k: 0 for k in TCP_COUNTERS}
+
+
+def tcp_mem_pages_in_use():
+    """Pages of kernel memory held by TCP sockets now (/proc/net/sockstat)."""
+    try:
+        with open("/proc/net/sockstat") as f:
+            for line in f:
+                if line.startswith("TCP:"):
+                    parts = line.split()
+                    return int(parts[parts.index("mem") + 1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+TCP_MEM = "/proc/sys/net/ipv4/tcp_mem"
+
+
+def read_tcp_mem():
+    with open(TCP_MEM) as f:
+        return f.read().split()
+
+
+def peak_rss_mib(pid):
+    """VmHWM of a process (MiB), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def raise_nofile():
@@ -128,7 +180,7 @@ def run_one(a, mode, n, tmp):
         server_pid, relay_pids, addrs = None, [], []
         if mode in ("direct", "relays"):
             s = procs.start("server", [server_bin, "--host", "127.0.0.1", "--port", "0",
-                                       "--log-level", "warn"])
+                                       "--log-level", "warn"] + a.server_args.split())
             server_addr = read_listening(s)
             server_pid = s.pid
             if mode == "direct":
@@ -137,7 +189,8 @@ def run_one(a, mode, n, tmp):
                 for r in range(relays):
                     rp = procs.start(f"relay{r}", [server_bin, "--host", f"127.0.0.{2 + r}",
                                                    "--port", "0", "--log-level", "warn",
-                                                   "--upstream", server_addr])
+                                                   "--upstream", server_addr]
+                                    + a.relay_args.split())
                     relay_pids.append(rp.pid)
                     addrs.append(rp)
                 addrs = [read_listening(rp) for rp in addrs]
@@ -149,6 +202,7 @@ def run_one(a, mode, n, tmp):
                 addrs.append(ep)
             addrs = [read_listening(ep) for ep in addrs]
         cpu0 = {pid: cpu_seconds(pid) for pid in [server_pid] + relay_pids if pid}
+        tcp0 = tcp_counters()
         start_at = time.time_ns() + int(a.start_delay * 1e9)
         prefix = f"s{random.getrandbits(32):08x}"
         gen_procs, per = [], math.ceil(n / gens)
@@ -167,18 +221,24 @@ def run_one(a, mode, n, tmp):
                     "--ranks", str(m), "--start-at", str(start_at), "--addr", ",".join(mine),
                     "--key-prefix", prefix, "--timeout", str(a.timeout), "--quiet",
                     "--json", os.path.join(tmp, f"gen{g}.json")]
+            if a.rcvbuf:
+                argv += ["--rcvbuf", str(a.rcvbuf)]
             if mode == "floor":
                 argv.append("--echo-floor")
             gen_procs.append(procs.start(f"gen{g}", argv, stdout=subprocess.DEVNULL))
         deadline = time.monotonic() + a.start_delay + a.timeout + 30
+        peak_pages = 0
+        while any(p.poll() is None for p in gen_procs) and time.monotonic() < deadline:
+            peak_pages = max(peak_pages, tcp_mem_pages_in_use())
+            time.sleep(0.1)
         rcs = []
         for p in gen_procs:
-            try:
-                rcs.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
+            if p.poll() is None:
                 p.kill()
-                rcs.append(p.wait())
+            rcs.append(p.wait())
         cpu1 = {pid: cpu_seconds(pid) for pid in cpu0}
+        hwm = {pid: peak_rss_mib(pid) for pid in cpu0}
+        tcp1 = tcp_counters()
         cpu = {pid: (cpu1[pid] - cpu0[pid]) if cpu0[pid] is not None and cpu1[pid] is not None
                else None for pid in cpu0}
         done, slices = [], []
@@ -204,10 +264,14 @@ def run_one(a, mode, n, tmp):
             "start_skew_ms_max": max((j.get("start_skew_ms", 0) for j in slices), default=0),
             "generator_cpu_s": [j.get("generator_cpu_s") for j in slices],
             "server_cpu_s": cpu.get(server_pid) if server_pid else None,
+            "server_peak_rss_mib": hwm.get(server_pid) if server_pid else None,
+            "relay_peak_rss_mib": [hwm[p] for p in relay_pids] if mode == "relays" else [],
             "relay_cpu_s": [cpu[p] for p in relay_pids] if mode == "relays" else [],
             "echo_cpu_s": [cpu[p] for p in relay_pids] if mode == "floor" else [],
             "first_error": next((j["first_error"] for j in slices if j.get("first_error")), ""),
             "load_after": os.getloadavg()[0],
+            "tcp": {k: tcp1[k] - tcp0[k] for k in TCP_COUNTERS},
+            "tcp_mem_peak_mib": peak_pages * 4096 / 2**20,
         })
     finally:
         procs.stop()
@@ -314,6 +378,36 @@ def plot(a, runs, path):
     return True
 
 
+def sweep(a, modes, runs):
+    with tempfile.TemporaryDirectory(prefix="scale96k.") as tmp:
+        for rep in range(a.reps):
+            for n in a.ranks:
+                order = [m for m in modes if m != "direct" or n <= a.direct_max]
+                if rep % 2:
+                    order.reverse()  # alternate which mode runs first
+                for mode in order:
+                    run_dir = tempfile.mkdtemp(dir=tmp, prefix=f"{mode}-{n}-")
+                    r = run_one(a, mode, n, run_dir)
+                    r["rep"] = rep
+                    if not r["finished"] or r["conn_errors"]:
+                        # Keep the processes' stderr of a failed run.
+                        keep = os.path.join(a.out, "failed-logs", f"{mode}-{n}-rep{rep}")
+                        os.makedirs(keep, exist_ok=True)
+                        for name in os.listdir(run_dir):
+                            if name.endswith(".err"):
+                                shutil.copy(os.path.join(run_dir, name), keep)
+                        r["logs"] = keep
+                    runs.append(r)
+                    print(f"rep {rep} N={n} {mode}: "
+                          f"{'ok' if r['finished'] else 'DID NOT FINISH'} wall {r['wall_s']:.3f} s "
+                          f"p99 {r['rank_p99_s']:.3f} s errors {r['conn_errors']}+"
+                          f"{r['bad_replies']}+{r['ranks_failed']} server cpu {r['server_cpu_s']} "
+                          f"relay cpu {r['relay_cpu_s']} load {r['load_after']:.2f} tcp {r['tcp']} "
+                          f"tcp mem peak {r['tcp_mem_peak_mib']:.0f} MiB"
+                          + (f" first error: {r['first_error']}" if r["first_error"] else ""),
+                          flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", default="build")
@@ -325,10 +419,19 @@ def main():
     ap.add_argument("--relay-ranks", type=int, default=8192)
     ap.add_argument("--gen-ranks", type=int, default=16384,
                     help="most ranks per generator process (fds: one per rank)")
+    ap.add_argument("--rcvbuf", type=int, default=0,
+                    help="SO_RCVBUF of the generators' sockets (0: kernel autotuning)")
     ap.add_argument("--direct-max", type=int, default=16384)
     ap.add_argument("--timeout", type=float, default=120, help="per-run bound (s)")
     ap.add_argument("--start-delay", type=float, default=1.5,
                     help="common start this long after the generators are launched")
+    ap.add_argument("--tcp-mem", default=None, metavar="MIN,PRESSURE,MAX",
+                    help="set net.ipv4.tcp_mem (pages) for the sweep, restored at the end "
+                    "(root). 96K ranks move ~10 GB of MULTI_GET replies over loopback; "
+                    "Debian's default (~2.2 GiB max on 23 GiB) makes the kernel drop packets")
+    ap.add_argument("--server-args", default="", help="extra tcpstore-server flags (the central "
+                    "server), e.g. '--max-memory-bytes 17179869184'")
+    ap.add_argument("--relay-args", default="", help="extra flags of every relay")
     ap.add_argument("--quick", action="store_true", help="1K and 2K ranks, 1 rep, 512/relay")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
@@ -338,25 +441,22 @@ def main():
     modes = a.modes.split(",")
     out = a.out or os.path.join(here, "..", "results", "quick" if a.quick else "")
     os.makedirs(out, exist_ok=True)
+    a.out = out
     cmd = "/usr/bin/python3 bench/scale/scale_bench.py " + " ".join(sys.argv[1:])
     runs, t0 = [], time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="scale96k.") as tmp:
-        for rep in range(a.reps):
-            for n in a.ranks:
-                order = [m for m in modes if m != "direct" or n <= a.direct_max]
-                if rep % 2:
-                    order.reverse()  # alternate which mode runs first
-                for mode in order:
-                    r = run_one(a, mode, n, tmp)
-                    r["rep"] = rep
-                    runs.append(r)
-                    print(f"rep {rep} N={n} {mode}: "
-                          f"{'ok' if r['finished'] else 'DID NOT FINISH'} wall {r['wall_s']:.3f} s "
-                          f"p99 {r['rank_p99_s']:.3f} s errors {r['conn_errors']}+"
-                          f"{r['bad_replies']}+{r['ranks_failed']} server cpu {r['server_cpu_s']} "
-                          f"relay cpu {r['relay_cpu_s']} load {r['load_after']:.2f}"
-                          + (f" first error: {r['first_error']}" if r["first_error"] else ""),
-                          flush=True)
+    tcp_mem_orig = read_tcp_mem()
+    if a.tcp_mem:
+        with open(TCP_MEM, "w") as f:
+            f.write(" ".join(a.tcp_mem.split(",")))
+    a.tcp_mem_used = read_tcp_mem()
+    print(f"net.ipv4.tcp_mem = {' '.join(a.tcp_mem_used)} pages"
+          f"{' (was ' + ' '.join(tcp_mem_orig) + ')' if a.tcp_mem else ''}", flush=True)
+    try:
+        sweep(a, modes, runs)
+    finally:
+        if a.tcp_mem:
+            with open(TCP_MEM, "w") as f:
+                f.write(" ".join(tcp_mem_orig))
     elapsed = time.monotonic() - t0
     md = summarize(a, runs, elapsed, cmd)
     stem = os.path.join(out, "scale96k")
