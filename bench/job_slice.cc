@@ -397,7 +397,7 @@ int runJobSlice(const CommonOptions& common, const JobSliceOptions& opt) {
   return std::make_unique<JobSlice>(common, opt)->run();
 }
 
-int runSizedEchoServerMode(const std::string& host) {
+int runSizedEchoServerMode(const std::string& host, int sndbuf) {
   sockaddr_storage ss{};
   socklen_t len = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
@@ -430,7 +430,7 @@ int runSizedEchoServerMode(const std::string& host) {
   fmt::print("listening on {}:{}\n",
              ss.ss_family == AF_INET ? host : "[" + host + "]", port);
   std::fflush(stdout);
-  serveSizedEcho(lfd);
+  serveSizedEcho(lfd, sndbuf);
 }
 
 }  // namespace tcpstore::bench

@@ -47,6 +47,7 @@ int runJobSlice(const CommonOptions& common, const JobSliceOptions& opt);
 // tcpstore-bench sized-echo-server --host H: binds H:0, prints
 // "listening on H:PORT" on stdout and serves sized-echo messages until
 // killed (or its parent exits). Returns an exit code only on failure.
-int runSizedEchoServerMode(const std::string& host);
+// sndbuf > 0: SO_SNDBUF of accepted sockets (--sndbuf).
+int runSizedEchoServerMode(const std::string& host, int sndbuf);
 
 }  // namespace tcpstore::bench

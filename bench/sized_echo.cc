@@ -64,7 +64,7 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
 
 }  // namespace
 
-[[noreturn]] void serveSizedEcho(int lfd) {
+[[noreturn]] void serveSizedEcho(int lfd, int sndbuf) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -115,6 +115,9 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
           }
           fds[static_cast<std::size_t>(c)] = FdState{};
           fds[static_cast<std::size_t>(c)].open = true;
+          if (sndbuf > 0) {
+            setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+          }
           epoll_event cev{};
           cev.events = EPOLLIN;
           cev.data.fd = c;
@@ -148,7 +151,7 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 
 int startSizedEchoServer(Endpoint& ep) {
   // Below the ephemeral range: the generator binds explicit ports in it.
-  return forkLoopbackServer(ep, true, serveSizedEcho);
+  return forkLoopbackServer(ep, true, [](int lfd) { serveSizedEcho(lfd, 0); });
 }
 
 }  // namespace tcpstore::bench

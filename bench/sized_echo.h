@@ -28,7 +28,10 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 int startSizedEchoServer(Endpoint& ep);
 
 // Serves sized-echo messages on the listening socket `listen_fd` in this
-// process, forever (exits when its parent does).
-[[noreturn]] void serveSizedEcho(int listen_fd);
+// process, forever (exits when its parent does). `sndbuf` > 0: SO_SNDBUF of
+// every accepted socket (the replies not yet sent are only a count here, so
+// this bounds the kernel memory the floor pins, as a server's own output
+// queue would).
+[[noreturn]] void serveSizedEcho(int listen_fd, int sndbuf);
 
 }  // namespace tcpstore::bench

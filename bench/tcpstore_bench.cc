@@ -45,7 +45,8 @@ modes:
   init-job    --world N [--first-rank K] --ranks M [--start-at REALTIME_NS] [--echo-floor]
               ranks K..K+M-1 of an N-rank 2.x job: handshake, ADD init/, NCCL scalable
               init, BARRIER N (bench/job_slice.h); --json has every rank's finish time
-  sized-echo-server --host H   the init-job floor server: prints "listening on H:P"
+  sized-echo-server --host H [--sndbuf BYTES]   the init-job floor server: prints
+              "listening on H:P"; --sndbuf: SO_SNDBUF of its sockets
   abuse       --server-pid PID [--scale F] [--hold S] [--settle S] [--hog-values N]
               [--partial-linger S]
               [--probe-ms MS] [--only partial,nonreaders,waits,collide,owed,hog]
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
   AbuseOptions abuse;
   tcpstore::bench::JobSliceOptions job;
   std::string echo_host = "127.0.0.1";
+  int echo_sndbuf = 0;
   bool timeout_set = false;
   std::string addr = "127.0.0.1:29500";
   int pin_cpu = -1;
@@ -202,6 +204,8 @@ int main(int argc, char** argv) {
       ok = end != v && *end == '\0' && job.start_at_ns >= 0;
     } else if (a == "--rcvbuf") {
       ok = parseInt(v, common.rcvbuf) && common.rcvbuf <= (64 << 20);
+    } else if (a == "--sndbuf") {
+      ok = parseInt(v, echo_sndbuf) && echo_sndbuf <= (64 << 20);
     } else if (a == "--host") {
       echo_host = v;
     } else if (a == "--arrival-spread") {
@@ -277,7 +281,7 @@ int main(int argc, char** argv) {
     common.key_prefix = fmt::format("b{:08x}", rd());
   }
   if (mode == "sized-echo-server") {
-    return tcpstore::bench::runSizedEchoServerMode(echo_host);
+    return tcpstore::bench::runSizedEchoServerMode(echo_host, echo_sndbuf);
   }
   const std::uint64_t fds = tcpstore::bench::raiseFdLimit();
   const std::uint64_t need =

@@ -197,7 +197,8 @@ def run_one(a, mode, n, tmp):
         else:
             for r in range(relays):
                 ep = procs.start(f"echo{r}", [bench_bin, "sized-echo-server", "--host",
-                                              f"127.0.0.{2 + r}"])
+                                              f"127.0.0.{2 + r}", "--sndbuf",
+                                              str(a.echo_sndbuf)])
                 relay_pids.append(ep.pid)
                 addrs.append(ep)
             addrs = [read_listening(ep) for ep in addrs]
@@ -292,24 +293,27 @@ def cell(runs, key):
     return f"{statistics.median(v):.3g} [{min(v):.3g}-{max(v):.3g}]"
 
 
-def summarize(a, runs, elapsed, cmd):
+def summarize(a, runs, elapsed, cmd, when, up):
     by = {}
     for r in runs:
         by.setdefault((r["ranks"], r["mode"]), []).append(r)
-    lines = [f"### 96K-rank rendezvous through relays: "
-             f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, "
-             f"{a.reps} repetition(s), {elapsed:.0f} s", "",
-             f"Command: `{cmd}`  (machine: {os.cpu_count()} CPUs, load average at end "
-             f"{os.getloadavg()[0]:.2f}; uptime: `{uptime()}`)", "",
+    lines = [f"### 96K-rank rendezvous through relays: {when}, {a.reps} repetition(s), "
+             f"{elapsed:.0f} s", "",
+             f"Command: `{cmd}`", "",
+             f"Machine: {os.cpu_count()} CPUs; `uptime` at the end: `{up}`; net.ipv4.tcp_mem "
+             f"during the sweep: {' '.join(a.tcp_mem_used)} pages.", "",
              "Each rank: connect, VALIDATE + PING, ADD init/ 1, NCCL scalable init (every 128th "
              "rank SETs a 128-byte id; every rank WAITs for all N/128 ids, then MULTI_GETs them), "
              f"BARRIER N. Ranks played by ceil(N/{a.gen_ranks}) generator processes started at one "
-             f"instant; relays hold {a.relay_ranks} ranks each. Cells: median [min-max]; wall = "
-             "common start to the last rank's barrier release; errors = connection errors + bad "
-             "replies + failed ranks, summed over the runs.", "",
-             "| N | mode | procs (relays/echo, generators) | wall (s) | rank p50 (s) | rank p99 (s) "
-             "| server CPU (s) | relay CPU per relay (s, median) | errors | wall / floor |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"instant; relays hold {a.relay_ranks} ranks each, one process and one loopback "
+             "address each; the floor puts one echo server (no work, same bytes) where each relay "
+             "is. Cells: median [min-max] over repetitions; wall = common start to the last "
+             "rank's barrier release; CPU from /proc/PID/stat over the run; errors = connection "
+             "errors + bad replies + failed ranks, summed over the repetitions.", "",
+             "| N | mode | relays or echo servers, generators | wall (s) | rank p50 (s) "
+             "| rank p99 (s) | server CPU (s) | CPU per relay (s) | server peak RSS (MiB) "
+             "| errors | wall / floor |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in a.ranks:
         floor = median_or_nan([r["wall_s"] for r in by.get((n, "floor"), []) if r["finished"]])
         for mode in ("direct", "relays", "floor"):
@@ -320,6 +324,8 @@ def summarize(a, runs, elapsed, cmd):
             dnf = sum(1 for r in rs if not r["finished"])
             srv = cell([dict(r, server_cpu_s=r["server_cpu_s"] or 0) for r in rs],
                        "server_cpu_s") if mode != "floor" else ""
+            rss = median_or_nan([r.get("server_peak_rss_mib") for r in rs]) \
+                if mode != "floor" else float("nan")
             rel = median_or_nan([median_or_nan(r["relay_cpu_s"]) for r in rs]) \
                 if mode == "relays" else float("nan")
             ratio = median_or_nan([r["wall_s"] for r in rs if r["finished"]]) / floor \
@@ -329,6 +335,7 @@ def summarize(a, runs, elapsed, cmd):
                 f"| {n} | {mode} | {npr if mode != 'direct' else '-'}, {rs[0]['generators']} "
                 f"| {cell(rs, 'wall_s')} | {cell(rs, 'rank_p50_s')} | {cell(rs, 'rank_p99_s')} "
                 f"| {srv} | {'' if math.isnan(rel) else f'{rel:.2f}'} "
+                f"| {'' if math.isnan(rss) else f'{rss:.0f}'} "
                 f"| {errs}{f' ({dnf} DNF)' if dnf else ''} "
                 f"| {'' if math.isnan(ratio) else f'{ratio:.2f}'} |")
     return "\n".join(lines) + "\n"
@@ -389,9 +396,11 @@ def sweep(a, modes, runs):
                     run_dir = tempfile.mkdtemp(dir=tmp, prefix=f"{mode}-{n}-")
                     r = run_one(a, mode, n, run_dir)
                     r["rep"] = rep
-                    if not r["finished"] or r["conn_errors"]:
-                        # Keep the processes' stderr of a failed run.
-                        keep = os.path.join(a.out, "failed-logs", f"{mode}-{n}-rep{rep}")
+                    if not r["finished"] or r["conn_errors"] or a.keep_logs:
+                        # Keep the processes' stderr of a failed run (every run's with
+                        # --keep-logs: the relays print their combining counters at exit).
+                        sub = "logs" if a.keep_logs else "failed-logs"
+                        keep = os.path.join(a.out, sub, f"{mode}-{n}-rep{rep}")
                         os.makedirs(keep, exist_ok=True)
                         for name in os.listdir(run_dir):
                             if name.endswith(".err"):
@@ -408,7 +417,29 @@ def sweep(a, modes, runs):
                           flush=True)
 
 
+def report_again(path):
+    with open(path) as f:
+        j = json.load(f)
+    a = argparse.Namespace(**j["options"])
+    if not hasattr(a, "tcp_mem_used"):
+        a.tcp_mem_used = ["?"]
+    when = j.get("finished_at", "?")
+    md = summarize(a, j["runs"], j["elapsed_s"], j["command"], when, j.get("uptime", "?"))
+    stem = os.path.splitext(path)[0]
+    with open(stem + ".md", "w") as f:
+        f.write(md)
+    plot(a, j["runs"], stem + ".png")
+    print(md)
+    return 0
+
+
+def on_sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main():
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--out", default=None, help="results directory (default bench/results, "
@@ -421,6 +452,9 @@ def main():
                     help="most ranks per generator process (fds: one per rank)")
     ap.add_argument("--rcvbuf", type=int, default=0,
                     help="SO_RCVBUF of the generators' sockets (0: kernel autotuning)")
+    ap.add_argument("--echo-sndbuf", type=int, default=0,
+                    help="SO_SNDBUF of the echo servers' sockets (0: autotuning): their unsent "
+                    "replies are then a count in the process, as a server's output queue is")
     ap.add_argument("--direct-max", type=int, default=16384)
     ap.add_argument("--timeout", type=float, default=120, help="per-run bound (s)")
     ap.add_argument("--start-delay", type=float, default=1.5,
@@ -432,8 +466,14 @@ def main():
     ap.add_argument("--server-args", default="", help="extra tcpstore-server flags (the central "
                     "server), e.g. '--max-memory-bytes 17179869184'")
     ap.add_argument("--relay-args", default="", help="extra flags of every relay")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep every process's stderr under <out>/logs/")
     ap.add_argument("--quick", action="store_true", help="1K and 2K ranks, 1 rep, 512/relay")
+    ap.add_argument("--from-json", metavar="FILE", help="no runs: rewrite the markdown and the "
+                    "plot next to FILE from its runs")
     a = ap.parse_args()
+    if a.from_json:
+        return report_again(a.from_json)
     here = os.path.dirname(os.path.abspath(__file__))
     if a.quick:
         a.ranks, a.reps, a.relay_ranks = "1024,2048", 1, 512
@@ -458,10 +498,12 @@ def main():
             with open(TCP_MEM, "w") as f:
                 f.write(" ".join(tcp_mem_orig))
     elapsed = time.monotonic() - t0
-    md = summarize(a, runs, elapsed, cmd)
+    when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    up = uptime()
+    md = summarize(a, runs, elapsed, cmd, when, up)
     stem = os.path.join(out, "scale96k")
     with open(stem + ".json", "w") as f:
-        json.dump({"command": cmd, "elapsed_s": elapsed, "uptime": uptime(),
+        json.dump({"command": cmd, "elapsed_s": elapsed, "uptime": up, "finished_at": when,
                    "options": {k: v for k, v in vars(a).items()}, "runs": runs}, f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(md)
