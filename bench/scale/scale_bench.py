@@ -371,6 +371,14 @@ def plot(a, runs, path):
                 hi.append(max(v) - ys[-1])
         if xs:
             ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style, label=label, capsize=3)
+        for n in a.ranks:
+            rs = [r for r in runs if r["mode"] == mode and r["ranks"] == n]
+            dnf = sum(1 for r in rs if not r["finished"])
+            if dnf:
+                v = [r["wall_s"] for r in rs if r["finished"]]
+                ax.annotate(f"{mode}: {dnf} of {len(rs)} runs not done in {a.timeout:.0f} s",
+                            (n, statistics.median(v) if v else a.timeout),
+                            textcoords="offset points", xytext=(-190, -4), fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(a.ranks)
