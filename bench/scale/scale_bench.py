@@ -501,6 +501,9 @@ def main():
           f"{' (was ' + ' '.join(tcp_mem_orig) + ')' if a.tcp_mem else ''}", flush=True)
     try:
         sweep(a, modes, runs)
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e}): every process this run started has been ended", flush=True)
+        return 130
     finally:
         if a.tcp_mem:
             with open(TCP_MEM, "w") as f:
