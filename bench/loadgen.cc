@@ -421,7 +421,13 @@ void Loop::decode(Conn& c) {
   }
   if (c.fd_ >= 0) {
     if (c.in_off_ == c.in_.size()) {
-      c.in_.clear();
+      // A large reply is done: give its buffer back (96K ranks that each
+      // got a 104 KiB MULTI_GET reply would otherwise keep ~10 GB).
+      if (c.in_.capacity() > 64 * 1024) {
+        std::string().swap(c.in_);
+      } else {
+        c.in_.clear();
+      }
       c.in_off_ = 0;
     } else if (c.in_off_ > 64 * 1024) {
       c.in_.erase(0, c.in_off_);
