@@ -166,6 +166,10 @@ class Loop {
     kAddrs,   // 127.S.x.y source addresses (S random), kernel-chosen ports
   };
   void setSourceMode(SourceMode m) noexcept { source_mode_ = m; }
+  // SO_RCVBUF of every client socket opened later (0: the kernel's
+  // autotuning). Bounds the kernel memory a slow reader of many large
+  // replies pins on one machine.
+  void setRecvBuffer(int bytes) noexcept { rcvbuf_ = bytes; }
 
  private:
   struct Timer {
@@ -193,6 +197,7 @@ class Loop {
   LoopStats stats_;
   std::size_t open_ = 0;
   SourceMode source_mode_ = SourceMode::kKernel;
+  int rcvbuf_ = 0;
   std::uint32_t source_next_ = 0;
   std::uint32_t port_lo_ = 32768, port_hi_ = 60999;
   std::uint8_t spread_octet_ = 1;

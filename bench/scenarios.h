@@ -28,6 +28,7 @@ struct CommonOptions {
                            // not collide
   bool quiet = false;
   Loop::SourceMode source_mode = Loop::SourceMode::kPorts;
+  int rcvbuf = 0;  // --rcvbuf: SO_RCVBUF of client sockets (0: autotuning)
 };
 
 struct RendezvousOptions {

@@ -62,7 +62,9 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
   }
 }
 
-[[noreturn]] void serverMain(int lfd) {
+}  // namespace
+
+[[noreturn]] void serveSizedEcho(int lfd, int sndbuf) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -113,6 +115,9 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
           }
           fds[static_cast<std::size_t>(c)] = FdState{};
           fds[static_cast<std::size_t>(c)].open = true;
+          if (sndbuf > 0) {
+            setsockopt(c, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+          }
           epoll_event cev{};
           cev.events = EPOLLIN;
           cev.data.fd = c;
@@ -135,8 +140,6 @@ void consume(FdState& st, const unsigned char* p, std::size_t n) {
   }
 }
 
-}  // namespace
-
 void appendSizedEcho(std::string& out, std::uint32_t total_len,
                      std::uint32_t reply_len) {
   total_len = std::max(total_len, kSizedEchoHeader);
@@ -148,7 +151,7 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 
 int startSizedEchoServer(Endpoint& ep) {
   // Below the ephemeral range: the generator binds explicit ports in it.
-  return forkLoopbackServer(ep, true, serverMain);
+  return forkLoopbackServer(ep, true, [](int lfd) { serveSizedEcho(lfd, 0); });
 }
 
 }  // namespace tcpstore::bench

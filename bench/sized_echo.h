@@ -27,4 +27,11 @@ void appendSizedEcho(std::string& out, std::uint32_t total_len,
 // sets `ep` to its address. Stop it with stopChild() (bench/scenarios.h).
 int startSizedEchoServer(Endpoint& ep);
 
+// Serves sized-echo messages on the listening socket `listen_fd` in this
+// process, forever (exits when its parent does). `sndbuf` > 0: SO_SNDBUF of
+// every accepted socket (the replies not yet sent are only a count here, so
+// this bounds the kernel memory the floor pins, as a server's own output
+// queue would).
+[[noreturn]] void serveSizedEcho(int listen_fd, int sndbuf);
+
 }  // namespace tcpstore::bench

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/init_scenarios.h"
+#include "bench/job_slice.h"
 #include "bench/scenarios.h"
 
 namespace {
@@ -41,6 +42,11 @@ modes:
   memory      --server-pid PID [--keys M] [--idle K] [--key-bytes B] [--value-bytes B]
   nccl-scalable-init | gloo-mesh | heartbeat   --ranks N [--seconds T] [--echo-floor]
               torch 2.x init load (bench/init_scenarios.h); heartbeat holds --seconds
+  init-job    --world N [--first-rank K] --ranks M [--start-at REALTIME_NS] [--echo-floor]
+              ranks K..K+M-1 of an N-rank 2.x job: handshake, ADD init/, NCCL scalable
+              init, BARRIER N (bench/job_slice.h); --json has every rank's finish time
+  sized-echo-server --host H [--sndbuf BYTES]   the init-job floor server: prints
+              "listening on H:P"; --sndbuf: SO_SNDBUF of its sockets
   abuse       --server-pid PID [--scale F] [--hold S] [--settle S] [--hog-values N]
               [--partial-linger S]
               [--probe-ms MS] [--only partial,nonreaders,waits,collide,owed,hog]
@@ -63,6 +69,7 @@ common options:
                       (the kernel's own choice gets quadratic with 10k+ connections to
                       one destination); addrs = 127.S.x.y addresses (beware: servers
                       that reverse-resolve peers then query DNS); kernel = plain connect
+  --rcvbuf BYTES      SO_RCVBUF of every client socket (init-job; default: autotuning)
   --pin-cpu N         run the generator and every thread of --server-pid on CPU N
                       (restored at exit); for stable round-trip latency on a VM
   --quiet             no progress lines on stderr
@@ -99,7 +106,8 @@ int main(int argc, char** argv) {
   const bool init_mode =
       tcpstore::bench::parseInitScenario(mode, init_scenario);
   if (mode != "rendezvous" && mode != "ops" && mode != "memory" &&
-      mode != "abuse" && !init_mode) {
+      mode != "abuse" && mode != "init-job" && mode != "sized-echo-server" &&
+      !init_mode) {
     return usageError("unknown mode '" + mode + "'");
   }
   CommonOptions common;
@@ -107,6 +115,9 @@ int main(int argc, char** argv) {
   OpsOptions ops;
   MemoryOptions mem;
   AbuseOptions abuse;
+  tcpstore::bench::JobSliceOptions job;
+  std::string echo_host = "127.0.0.1";
+  int echo_sndbuf = 0;
   bool timeout_set = false;
   std::string addr = "127.0.0.1:29500";
   int pin_cpu = -1;
@@ -183,6 +194,20 @@ int main(int argc, char** argv) {
       } else {
         ok = false;
       }
+    } else if (a == "--world") {
+      ok = parseInt(v, job.world) && job.world >= 1 && job.world <= 1000000;
+    } else if (a == "--first-rank") {
+      ok = parseInt(v, job.first_rank);
+    } else if (a == "--start-at") {
+      char* end = nullptr;
+      job.start_at_ns = std::strtoll(v, &end, 10);
+      ok = end != v && *end == '\0' && job.start_at_ns >= 0;
+    } else if (a == "--rcvbuf") {
+      ok = parseInt(v, common.rcvbuf) && common.rcvbuf <= (64 << 20);
+    } else if (a == "--sndbuf") {
+      ok = parseInt(v, echo_sndbuf) && echo_sndbuf <= (64 << 20);
+    } else if (a == "--host") {
+      echo_host = v;
     } else if (a == "--arrival-spread") {
       ok = parseDouble(v, rdv.arrival_spread_s) && rdv.arrival_spread_s >= 0;
     } else if (a == "--op") {
@@ -255,13 +280,17 @@ int main(int argc, char** argv) {
     std::random_device rd;
     common.key_prefix = fmt::format("b{:08x}", rd());
   }
+  if (mode == "sized-echo-server") {
+    return tcpstore::bench::runSizedEchoServerMode(echo_host, echo_sndbuf);
+  }
   const std::uint64_t fds = tcpstore::bench::raiseFdLimit();
   const std::uint64_t need =
-      mode == "rendezvous" || init_mode
+      mode == "rendezvous" || init_mode || mode == "init-job"
           ? static_cast<std::uint64_t>(rdv.ranks) *
-                static_cast<std::uint64_t>(rdv.conns_per_rank
-                                               ? rdv.conns_per_rank
-                                               : (init_mode ? 1 : 2))
+                static_cast<std::uint64_t>(
+                    rdv.conns_per_rank
+                        ? rdv.conns_per_rank
+                        : (init_mode || mode == "init-job" ? 1 : 2))
           : static_cast<std::uint64_t>(ops.idle) +
                 static_cast<std::uint64_t>(ops.clients);
   if (need + 16 > fds && !common.quiet) {
@@ -282,6 +311,11 @@ int main(int argc, char** argv) {
   if (init_mode) {
     return tcpstore::bench::runInit(
         common, {init_scenario, rdv.ranks, ops.seconds, rdv.echo_floor, 128});
+  }
+  if (mode == "init-job") {
+    job.ranks = rdv.ranks;
+    job.echo_floor = rdv.echo_floor;
+    return tcpstore::bench::runJobSlice(common, job);
   }
   if (mode == "ops") return tcpstore::bench::runOps(common, ops);
   if (mode == "abuse") return tcpstore::bench::runAbuse(common, abuse);
