@@ -25,6 +25,7 @@
 
 #include "protocol/wire.h"
 #include "store/keyspace/numeric.h"
+#include "store/keyspace/pending_waits.h"
 #include "store/keyspace/table.h"
 #include "store/keyspace/waiters.h"
 
@@ -42,6 +43,10 @@ using protocol::appendU32;
 using protocol::appendU8;
 using protocol::Command;
 using protocol::WatchEvent;
+
+// Dead registrations freed by each apply(): a drip of reclaiming with the
+// traffic, so they drain even if the owner never calls reclaim().
+constexpr std::size_t kReclaimPerApply = 16;
 
 // Rough per-queue cost of a std::deque beyond its object (map + one block).
 constexpr std::size_t kQueueBytes = 64 + 512;
@@ -93,7 +98,7 @@ std::size_t itemBytes(const std::string& item) noexcept {
 
 }  // namespace
 
-struct Keyspace::State {
+struct Keyspace::State final : keyspace::KeyPresence {
   explicit State(const KeyspaceOptions& o) : options(o) {}
 
   using Slot = std::pair<std::string*, bool>;  // value, created
@@ -101,7 +106,26 @@ struct Keyspace::State {
   Status apply(ConnId conn, const protocol::Request& req, Effects& fx);
 
   bool present(std::string_view key) const {
-    return values.find(key) != nullptr || queues.find(key) != nullptr;
+    return present(key, KeyTable<std::string>::hashOf(key));
+  }
+  bool present(std::string_view key, std::uint32_t hash) const override {
+    return values.find(key, hash) != nullptr ||
+           queues.find(key, hash) != nullptr;
+  }
+
+  // WAIT: drops the connection's earlier plain waits (and a WAIT of it
+  // still in progress), then registers this one (pending_waits.h).
+  bool startWait(ConnId conn, const protocol::Request& req, Effects& fx,
+                 std::size_t sync_keys) {
+    // One pending plain WAIT per connection, like PyTorch's per-connection
+    // counter: a blocking client sends a new WAIT only after giving up the
+    // previous one (1.13 times out without telling the server), so the
+    // earlier plain waits of this connection are dropped silently.
+    // Otherwise each would later send its own stale STOP_WAITING and shift
+    // every later reply (PyTorch sends at most one).
+    if (pending.size() != 0) pending.cancel(conn);
+    waiters.dropPlainWaits(conn);
+    return pending.start(conn, req.keys, *this, sync_keys, fx);
   }
 
   // Every write of a key goes through here: keeps the old value for
@@ -166,7 +190,7 @@ struct Keyspace::State {
 
   std::size_t memoryBytes() const noexcept {
     return values.memoryBytes() + value_bytes + queues.memoryBytes() +
-           queue_bytes + waiters.memoryBytes();
+           queue_bytes + waiters.memoryBytes() + pending.memoryBytes();
   }
 
   KeyspaceOptions options;
@@ -175,6 +199,7 @@ struct Keyspace::State {
   KeyTable<std::deque<std::string>> queues;  // never holds an empty queue
   std::size_t queue_bytes = 0;               // items and per-queue overhead
   Waiters waiters;
+  keyspace::PendingWaits pending{waiters};  // WAITs registered in steps
   // Scratch buffers reused across calls (keep steady-state apply()
   // allocation-free).
   std::string old_scratch;
@@ -200,13 +225,34 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
   Status result = st.apply(conn, req, fx);
   // A drip of reclaiming with the traffic, so dead registrations drain
   // even if the owner never calls reclaim().
-  constexpr std::size_t kReclaimPerApply = 16;
   if (st.waiters.toReclaim() != 0) st.waiters.reclaim(kReclaimPerApply);
   return result;
 }
 
+bool Keyspace::startWait(ConnId conn, const protocol::Request& req, Effects& fx,
+                         std::size_t sync_keys) {
+  State& st = state();
+  const bool started = st.startWait(conn, req, fx, sync_keys);
+  if (st.waiters.toReclaim() != 0) st.waiters.reclaim(kReclaimPerApply);
+  return started;
+}
+
+std::optional<Keyspace::WaitDone> Keyspace::advanceWaits(std::size_t max_keys,
+                                                         Effects& fx) {
+  if (state_ == nullptr) return std::nullopt;
+  auto done = state_->pending.advance(max_keys, *state_, fx);
+  if (!done) return std::nullopt;
+  return WaitDone{done->conn, done->ok};
+}
+
+std::size_t Keyspace::waitsInProgress() const noexcept {
+  return state_ == nullptr ? 0 : state_->pending.size();
+}
+
 void Keyspace::disconnect(ConnId conn) {
-  if (state_ != nullptr) state_->waiters.disconnect(conn);
+  if (state_ == nullptr) return;
+  if (state_->pending.size() != 0) state_->pending.cancel(conn);
+  state_->waiters.disconnect(conn);
 }
 
 std::size_t Keyspace::reclaim(std::size_t max_items) {
@@ -307,32 +353,9 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       return Status::ok();
     }
 
-    case Command::kWait: {
-      // One pending plain WAIT per connection, like PyTorch's per-connection
-      // counter: a blocking client sends a new WAIT only after giving up the
-      // previous one (1.13 times out without telling the server), so the
-      // earlier plain waits of this connection are dropped silently.
-      // Otherwise each would later send its own stale STOP_WAITING and shift
-      // every later reply (PyTorch sends at most one).
-      waiters.dropPlainWaits(conn);
-      keys_scratch.clear();
-      for (std::string_view k : req.keys) {
-        if (!present(k)) keys_scratch.push_back(k);
-      }
-      if (keys_scratch.empty()) {
-        sendByte(fx, conn, protocol::kStopWaiting);
-        return Status::ok();
-      }
-      if (keys_scratch.size() > 1) {
-        std::sort(keys_scratch.begin(), keys_scratch.end());
-        keys_scratch.erase(
-            std::unique(keys_scratch.begin(), keys_scratch.end()),
-            keys_scratch.end());
-      }
-      waiters.addWait(conn, false, 0, keys_scratch);
-      trimScratch();
+    case Command::kWait:
+      startWait(conn, req, fx, SIZE_MAX);
       return Status::ok();
-    }
 
     case Command::kGetNumKeys:
       sendI64(fx, conn, static_cast<std::int64_t>(values.size()));
@@ -349,6 +372,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
                      *v, std::string_view(), fx);
       value_bytes -= v->size();
       values.erase(req.key);
+      if (queues.find(req.key) == nullptr) pending.vanished(req.key);
       sendI64(fx, conn, 1);
       return Status::ok();
     }
@@ -408,6 +432,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
     }
 
     case Command::kCancelWait:
+      if (pending.size() != 0) pending.cancel(conn);
       waiters.cancelWaits(conn);
       sendByte(fx, conn, protocol::kWaitCanceled);
       return Status::ok();
@@ -436,6 +461,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       if (q->empty()) {
         queues.erase(req.key);
         queue_bytes -= kQueueBytes;
+        if (values.find(req.key) == nullptr) pending.vanished(req.key);
       }
       return Status::ok();
     }

@@ -134,15 +134,28 @@ class KeyTable {
     return *this;
   }
 
+  // The hash every KeyTable uses for `key`: callers that look one key up
+  // in several tables compute it once and pass it to the overloads below.
+  static std::uint32_t hashOf(std::string_view key) noexcept {
+    return static_cast<std::uint32_t>(keyedHash(key));
+  }
+
   V* find(std::string_view key) const noexcept {
+    return table_.size() == 0 ? nullptr : find(key, hashOf(key));
+  }
+  // `hash` must be hashOf(key).
+  V* find(std::string_view key, std::uint32_t hash) const noexcept {
     if (table_.size() == 0) return nullptr;
-    Node* n = table_.find(key, hashOf(key));
+    Node* n = table_.find(key, hash);
     return n == nullptr ? nullptr : valueOf(n);
   }
   // The value of `key`, value-initialized if it was missing (second: true
   // if it was created).
   std::pair<V*, bool> findOrInsert(std::string_view key) {
-    const std::uint32_t h = hashOf(key);
+    return findOrInsert(key, hashOf(key));
+  }
+  // `hash` must be hashOf(key).
+  std::pair<V*, bool> findOrInsert(std::string_view key, std::uint32_t h) {
     if (Node* n = table_.find(key, h)) return {valueOf(n), false};
     const std::size_t bytes = blockBytes(key.size());
     void* mem = ::operator new(bytes);
@@ -194,13 +207,12 @@ class KeyTable {
   }
   ProbeStats probeStats() const noexcept { return table_.probeStats(); }
 
- private:
-  static std::uint32_t hashOf(std::string_view key) noexcept {
-    return static_cast<std::uint32_t>(keyedHash(key));
-  }
+  // Bytes of the heap block of an entry with a key of `key_size` bytes.
   static std::size_t blockBytes(std::size_t key_size) noexcept {
     return sizeof(V) + sizeof(Node) + key_size;
   }
+
+ private:
   static V* valueOf(Node* n) noexcept {
     return std::launder(
         reinterpret_cast<V*>(reinterpret_cast<char*>(n) - sizeof(V)));
