@@ -112,6 +112,9 @@ struct Keyspace::State final : keyspace::KeyPresence {
     return values.find(key, hash) != nullptr ||
            queues.find(key, hash) != nullptr;
   }
+  void prefetch(std::uint32_t hash) const noexcept override {
+    values.prefetch(hash);
+  }
 
   // WAIT: drops the connection's earlier plain waits (and a WAIT of it
   // still in progress), then registers this one (pending_waits.h).

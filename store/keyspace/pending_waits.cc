@@ -60,11 +60,35 @@ PendingWaits::PendingWaits(Waiters& waiters) : waiters_(waiters) {}
 PendingWaits::~PendingWaits() = default;
 
 template <typename Keys>
-void PendingWaits::step(const Keys& keys, std::size_t i, std::uint64_t since,
-                        std::vector<std::uint64_t>& seen,
+void PendingWaits::steps(const Keys& keys, std::size_t& next, std::size_t end,
+                         std::uint64_t since, std::vector<std::uint64_t>& seen,
+                         const KeyPresence& presence, ConnId conn,
+                         Wait*& wait) {
+  // Lookups in big tables are cache misses: start each key's a few keys
+  // before its turn, so that they overlap.
+  constexpr std::size_t kAhead = 8;
+  std::uint32_t ring[kAhead];
+  auto hashAt = [&](std::size_t i) {
+    const std::uint32_t h = Regs::hashOf(keys[i]);
+    waiters_.prefetch(h);
+    presence.prefetch(h);
+    return h;
+  };
+  for (std::size_t j = next; j < end && j < next + kAhead; ++j) {
+    ring[j % kAhead] = hashAt(j);
+  }
+  for (; next < end; ++next) {
+    const std::uint32_t h = ring[next % kAhead];
+    if (next + kAhead < end) ring[next % kAhead] = hashAt(next + kAhead);
+    step(keys, next, h, since, seen, presence, conn, wait);
+  }
+}
+
+template <typename Keys>
+void PendingWaits::step(const Keys& keys, std::size_t i, std::uint32_t h,
+                        std::uint64_t since, std::vector<std::uint64_t>& seen,
                         const KeyPresence& presence, ConnId conn, Wait*& wait) {
   const std::string_view key = keys[i];
-  const std::uint32_t h = Regs::hashOf(key);
   if (!seen.empty()) {
     const std::size_t mask = seen.size() - 1;
     std::size_t s = h & mask;
@@ -104,9 +128,8 @@ bool PendingWaits::start(ConnId conn, const std::vector<std::string_view>& keys,
     seen.assign(seenSlots(keys.size()), 0);
     Wait* wait = nullptr;
     const ViewKeys view{keys};
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      step(view, i, seq_, seen, presence, conn, wait);
-    }
+    std::size_t next = 0;
+    steps(view, next, keys.size(), seq_, seen, presence, conn, wait);
     if (seen.capacity() > kKeepSeenSlots) {
       std::vector<std::uint64_t>().swap(seen);
     }
@@ -135,9 +158,7 @@ std::optional<PendingWaits::Finished> PendingWaits::advance(
   Reg& r = *regs_.front();
   try {
     const std::size_t end = std::min(r.size(), r.next + max_keys);
-    for (; r.next < end; ++r.next) {
-      step(r, r.next, r.since, r.seen, presence, r.conn, r.wait);
-    }
+    steps(r, r.next, end, r.since, r.seen, presence, r.conn, r.wait);
     if (r.next < r.size()) {
       reg_bytes_ -= r.bytes;
       r.bytes = r.charge();

@@ -39,6 +39,8 @@ namespace tcpstore::store::keyspace {
 class KeyPresence {
  public:
   virtual bool present(std::string_view key, std::uint32_t hash) const = 0;
+  // A hint that present(…, hash) follows soon.
+  virtual void prefetch(std::uint32_t hash) const noexcept = 0;
 
  protected:
   ~KeyPresence() = default;
@@ -90,9 +92,15 @@ class PendingWaits {
   // Registers key `i` of `keys` for the WAIT of `conn`; `wait` is made at
   // the first absent key.
   template <typename Keys>
-  void step(const Keys& keys, std::size_t i, std::uint64_t since,
-            std::vector<std::uint64_t>& seen, const KeyPresence& presence,
-            ConnId conn, Wait*& wait);
+  void step(const Keys& keys, std::size_t i, std::uint32_t hash,
+            std::uint64_t since, std::vector<std::uint64_t>& seen,
+            const KeyPresence& presence, ConnId conn, Wait*& wait);
+  // step() for keys [next, end), advancing `next`; each key's table slots
+  // are prefetched a few keys ahead.
+  template <typename Keys>
+  void steps(const Keys& keys, std::size_t& next, std::size_t end,
+             std::uint64_t since, std::vector<std::uint64_t>& seen,
+             const KeyPresence& presence, ConnId conn, Wait*& wait);
   void finish(ConnId conn, Wait* wait, Effects& fx);
   void forget(std::size_t index) noexcept;
 

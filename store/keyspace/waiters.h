@@ -104,6 +104,8 @@ class Waiters {
   KeyRegs* find(std::string_view key) const noexcept {
     return regs_.empty() ? nullptr : regs_.find(key);
   }
+  // KeyTable::prefetch() of the registrations table.
+  void prefetch(std::uint32_t hash) const noexcept { regs_.prefetch(hash); }
   // Whether a write of the key must capture its old value for watchers.
   static bool watched(const KeyRegs* kr) noexcept {
     return kr != nullptr && !kr->watches.empty();
