@@ -14,6 +14,7 @@
 //    heads)][hash, key size][key bytes] shared by all waits and watches on
 //    the key: about 112 bytes per 26-byte key as malloc counts (bench
 //    BM_WaitMemoryPerKey; 170-200 before, with a std::string per key).
+//  - A huge WAIT is registered in steps (pending_waits.h).
 //  - All tables hash with keyed SipHash (hash.h) and grow incrementally;
 //    detached registrations are freed by reclaim() (and a few per apply()).
 #include "store/keyspace.h"
@@ -26,6 +27,7 @@
 #include "protocol/wire.h"
 #include "store/keyspace/numeric.h"
 #include "store/keyspace/pending_waits.h"
+#include "store/keyspace/replies.h"
 #include "store/keyspace/table.h"
 #include "store/keyspace/waiters.h"
 
@@ -35,12 +37,16 @@ namespace {
 
 using keyspace::KeyRegs;
 using keyspace::KeyTable;
+using keyspace::quoted;
+using keyspace::replyTooLarge;
+using keyspace::sendByte;
+using keyspace::sendI64;
+using keyspace::sendStr;
 using keyspace::Waiters;
 using WakeMode = Waiters::WakeMode;
 using protocol::appendI64;
 using protocol::appendStr;
 using protocol::appendU32;
-using protocol::appendU8;
 using protocol::Command;
 using protocol::WatchEvent;
 
@@ -50,47 +56,6 @@ constexpr std::size_t kReclaimPerApply = 16;
 
 // Rough per-queue cost of a std::deque beyond its object (map + one block).
 constexpr std::size_t kQueueBytes = 64 + 512;
-
-std::string quoted(std::string_view key) {
-  // Keys are arbitrary bytes: keep the message printable and bounded.
-  constexpr std::size_t kMax = 64;
-  std::string s = "'";
-  for (std::size_t i = 0; i < key.size() && i < kMax; ++i) {
-    auto c = static_cast<unsigned char>(key[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      s.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      s += "\\x";
-      s.push_back(kHex[c >> 4]);
-      s.push_back(kHex[c & 0xf]);
-    }
-  }
-  if (key.size() > kMax) s += "...";
-  s += "'";
-  return s;
-}
-
-Status replyTooLarge(std::uint64_t bytes, std::uint64_t limit) {
-  return Status::limitExceeded("reply of " + std::to_string(bytes) +
-                               " bytes over the reply limit " +
-                               std::to_string(limit));
-}
-
-void sendByte(Effects& fx, ConnId conn, std::uint8_t b) {
-  appendU8(fx.begin(conn), b);
-  fx.end();
-}
-
-void sendI64(Effects& fx, ConnId conn, std::int64_t v) {
-  appendI64(fx.begin(conn), v);
-  fx.end();
-}
-
-void sendStr(Effects& fx, ConnId conn, std::string_view s) {
-  appendStr(fx.begin(conn), s);
-  fx.end();
-}
 
 std::size_t itemBytes(const std::string& item) noexcept {
   return sizeof(std::string) + item.size();
@@ -116,16 +81,13 @@ struct Keyspace::State final : keyspace::KeyPresence {
     values.prefetch(hash);
   }
 
-  // WAIT: drops the connection's earlier plain waits (and a WAIT of it
-  // still in progress), then registers this one (pending_waits.h).
+  // WAIT (pending_waits.h). One pending plain WAIT per connection, like
+  // PyTorch's per-connection counter: a client sends a new WAIT only after
+  // giving up the previous one (1.13 times out without telling the server),
+  // so the earlier ones (and one still registering) are dropped silently;
+  // each would otherwise send a stale STOP_WAITING, shifting later replies.
   bool startWait(ConnId conn, const protocol::Request& req, Effects& fx,
                  std::size_t sync_keys) {
-    // One pending plain WAIT per connection, like PyTorch's per-connection
-    // counter: a blocking client sends a new WAIT only after giving up the
-    // previous one (1.13 times out without telling the server), so the
-    // earlier plain waits of this connection are dropped silently.
-    // Otherwise each would later send its own stale STOP_WAITING and shift
-    // every later reply (PyTorch sends at most one).
     if (pending.size() != 0) pending.cancel(conn);
     waiters.dropPlainWaits(conn);
     return pending.start(conn, req.keys, *this, sync_keys, fx);
@@ -157,9 +119,6 @@ struct Keyspace::State final : keyspace::KeyPresence {
   void trimScratch() {
     constexpr std::size_t kKeepBytes = 64 * 1024;
     if (old_scratch.capacity() > kKeepBytes) std::string().swap(old_scratch);
-    if (keys_scratch.capacity() * sizeof(std::string_view) > kKeepBytes) {
-      std::vector<std::string_view>().swap(keys_scratch);
-    }
   }
 
   void setValue(std::string_view key, std::string_view value, Effects& fx) {
@@ -206,7 +165,7 @@ struct Keyspace::State final : keyspace::KeyPresence {
   // Scratch buffers reused across calls (keep steady-state apply()
   // allocation-free).
   std::string old_scratch;
-  std::vector<std::string_view> keys_scratch;
+  std::vector<std::string_view> keys_scratch;  // BARRIER's one key
 };
 
 // ---- lifetime and views ----------------------------------------------------
