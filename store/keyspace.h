@@ -59,7 +59,10 @@ struct KeyspaceOptions {
 // Keys must be shorter than 4 GiB (the codec's limits are far below).
 //
 // Bounded work: no call does work beyond its own request's size, except
-// reclaim(), which does at most what it is told. Tables grow incrementally
+// reclaim() and advanceWaits(), which do at most what they are told; a
+// huge WAIT can be registered in such steps (startWait()), and a removal
+// (DELETE_KEY, the last QUEUE_POP) while one is in progress also logs its
+// key (pending_waits.h). Tables grow incrementally
 // and are keyed by a per-process random key (store/keyspace/hash.h), so
 // chosen keys cannot make lookups slow.
 //
