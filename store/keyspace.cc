@@ -14,6 +14,7 @@
 //    heads)][hash, key size][key bytes] shared by all waits and watches on
 //    the key: about 112 bytes per 26-byte key as malloc counts (bench
 //    BM_WaitMemoryPerKey; 170-200 before, with a std::string per key).
+//  - A huge WAIT is registered in steps (pending_waits.h).
 //  - All tables hash with keyed SipHash (hash.h) and grow incrementally;
 //    detached registrations are freed by reclaim() (and a few per apply()).
 #include "store/keyspace.h"
@@ -25,6 +26,8 @@
 
 #include "protocol/wire.h"
 #include "store/keyspace/numeric.h"
+#include "store/keyspace/pending_waits.h"
+#include "store/keyspace/replies.h"
 #include "store/keyspace/table.h"
 #include "store/keyspace/waiters.h"
 
@@ -34,58 +37,25 @@ namespace {
 
 using keyspace::KeyRegs;
 using keyspace::KeyTable;
+using keyspace::quoted;
+using keyspace::replyTooLarge;
+using keyspace::sendByte;
+using keyspace::sendI64;
+using keyspace::sendStr;
 using keyspace::Waiters;
 using WakeMode = Waiters::WakeMode;
 using protocol::appendI64;
 using protocol::appendStr;
 using protocol::appendU32;
-using protocol::appendU8;
 using protocol::Command;
 using protocol::WatchEvent;
 
+// Dead registrations freed by each apply(): a drip of reclaiming with the
+// traffic, so they drain even if the owner never calls reclaim().
+constexpr std::size_t kReclaimPerApply = 16;
+
 // Rough per-queue cost of a std::deque beyond its object (map + one block).
 constexpr std::size_t kQueueBytes = 64 + 512;
-
-std::string quoted(std::string_view key) {
-  // Keys are arbitrary bytes: keep the message printable and bounded.
-  constexpr std::size_t kMax = 64;
-  std::string s = "'";
-  for (std::size_t i = 0; i < key.size() && i < kMax; ++i) {
-    auto c = static_cast<unsigned char>(key[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-      s.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      s += "\\x";
-      s.push_back(kHex[c >> 4]);
-      s.push_back(kHex[c & 0xf]);
-    }
-  }
-  if (key.size() > kMax) s += "...";
-  s += "'";
-  return s;
-}
-
-Status replyTooLarge(std::uint64_t bytes, std::uint64_t limit) {
-  return Status::limitExceeded("reply of " + std::to_string(bytes) +
-                               " bytes over the reply limit " +
-                               std::to_string(limit));
-}
-
-void sendByte(Effects& fx, ConnId conn, std::uint8_t b) {
-  appendU8(fx.begin(conn), b);
-  fx.end();
-}
-
-void sendI64(Effects& fx, ConnId conn, std::int64_t v) {
-  appendI64(fx.begin(conn), v);
-  fx.end();
-}
-
-void sendStr(Effects& fx, ConnId conn, std::string_view s) {
-  appendStr(fx.begin(conn), s);
-  fx.end();
-}
 
 std::size_t itemBytes(const std::string& item) noexcept {
   return sizeof(std::string) + item.size();
@@ -93,7 +63,7 @@ std::size_t itemBytes(const std::string& item) noexcept {
 
 }  // namespace
 
-struct Keyspace::State {
+struct Keyspace::State final : keyspace::KeyPresence {
   explicit State(const KeyspaceOptions& o) : options(o) {}
 
   using Slot = std::pair<std::string*, bool>;  // value, created
@@ -101,7 +71,26 @@ struct Keyspace::State {
   Status apply(ConnId conn, const protocol::Request& req, Effects& fx);
 
   bool present(std::string_view key) const {
-    return values.find(key) != nullptr || queues.find(key) != nullptr;
+    return present(key, KeyTable<std::string>::hashOf(key));
+  }
+  bool present(std::string_view key, std::uint32_t hash) const override {
+    return values.find(key, hash) != nullptr ||
+           queues.find(key, hash) != nullptr;
+  }
+  void prefetch(std::uint32_t hash) const noexcept override {
+    values.prefetch(hash);
+  }
+
+  // WAIT (pending_waits.h). One pending plain WAIT per connection, like
+  // PyTorch's per-connection counter: a client sends a new WAIT only after
+  // giving up the previous one (1.13 times out without telling the server),
+  // so the earlier ones (and one still registering) are dropped silently;
+  // each would otherwise send a stale STOP_WAITING, shifting later replies.
+  bool startWait(ConnId conn, const protocol::Request& req, Effects& fx,
+                 std::size_t sync_keys) {
+    if (pending.size() != 0) pending.cancel(conn);
+    waiters.dropPlainWaits(conn);
+    return pending.start(conn, req.keys, *this, sync_keys, fx);
   }
 
   // Every write of a key goes through here: keeps the old value for
@@ -130,9 +119,6 @@ struct Keyspace::State {
   void trimScratch() {
     constexpr std::size_t kKeepBytes = 64 * 1024;
     if (old_scratch.capacity() > kKeepBytes) std::string().swap(old_scratch);
-    if (keys_scratch.capacity() * sizeof(std::string_view) > kKeepBytes) {
-      std::vector<std::string_view>().swap(keys_scratch);
-    }
   }
 
   void setValue(std::string_view key, std::string_view value, Effects& fx) {
@@ -166,7 +152,7 @@ struct Keyspace::State {
 
   std::size_t memoryBytes() const noexcept {
     return values.memoryBytes() + value_bytes + queues.memoryBytes() +
-           queue_bytes + waiters.memoryBytes();
+           queue_bytes + waiters.memoryBytes() + pending.memoryBytes();
   }
 
   KeyspaceOptions options;
@@ -175,10 +161,11 @@ struct Keyspace::State {
   KeyTable<std::deque<std::string>> queues;  // never holds an empty queue
   std::size_t queue_bytes = 0;               // items and per-queue overhead
   Waiters waiters;
+  keyspace::PendingWaits pending{waiters};  // WAITs registered in steps
   // Scratch buffers reused across calls (keep steady-state apply()
   // allocation-free).
   std::string old_scratch;
-  std::vector<std::string_view> keys_scratch;
+  std::vector<std::string_view> keys_scratch;  // BARRIER's one key
 };
 
 // ---- lifetime and views ----------------------------------------------------
@@ -200,13 +187,34 @@ Status Keyspace::apply(ConnId conn, const protocol::Request& req, Effects& fx) {
   Status result = st.apply(conn, req, fx);
   // A drip of reclaiming with the traffic, so dead registrations drain
   // even if the owner never calls reclaim().
-  constexpr std::size_t kReclaimPerApply = 16;
   if (st.waiters.toReclaim() != 0) st.waiters.reclaim(kReclaimPerApply);
   return result;
 }
 
+bool Keyspace::startWait(ConnId conn, const protocol::Request& req, Effects& fx,
+                         std::size_t sync_keys) {
+  State& st = state();
+  const bool started = st.startWait(conn, req, fx, sync_keys);
+  if (st.waiters.toReclaim() != 0) st.waiters.reclaim(kReclaimPerApply);
+  return started;
+}
+
+std::optional<Keyspace::WaitDone> Keyspace::advanceWaits(std::size_t max_keys,
+                                                         Effects& fx) {
+  if (state_ == nullptr) return std::nullopt;
+  auto done = state_->pending.advance(max_keys, *state_, fx);
+  if (!done) return std::nullopt;
+  return WaitDone{done->conn, done->ok};
+}
+
+std::size_t Keyspace::waitsInProgress() const noexcept {
+  return state_ == nullptr ? 0 : state_->pending.size();
+}
+
 void Keyspace::disconnect(ConnId conn) {
-  if (state_ != nullptr) state_->waiters.disconnect(conn);
+  if (state_ == nullptr) return;
+  if (state_->pending.size() != 0) state_->pending.cancel(conn);
+  state_->waiters.disconnect(conn);
 }
 
 std::size_t Keyspace::reclaim(std::size_t max_items) {
@@ -307,32 +315,9 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       return Status::ok();
     }
 
-    case Command::kWait: {
-      // One pending plain WAIT per connection, like PyTorch's per-connection
-      // counter: a blocking client sends a new WAIT only after giving up the
-      // previous one (1.13 times out without telling the server), so the
-      // earlier plain waits of this connection are dropped silently.
-      // Otherwise each would later send its own stale STOP_WAITING and shift
-      // every later reply (PyTorch sends at most one).
-      waiters.dropPlainWaits(conn);
-      keys_scratch.clear();
-      for (std::string_view k : req.keys) {
-        if (!present(k)) keys_scratch.push_back(k);
-      }
-      if (keys_scratch.empty()) {
-        sendByte(fx, conn, protocol::kStopWaiting);
-        return Status::ok();
-      }
-      if (keys_scratch.size() > 1) {
-        std::sort(keys_scratch.begin(), keys_scratch.end());
-        keys_scratch.erase(
-            std::unique(keys_scratch.begin(), keys_scratch.end()),
-            keys_scratch.end());
-      }
-      waiters.addWait(conn, false, 0, keys_scratch);
-      trimScratch();
+    case Command::kWait:
+      startWait(conn, req, fx, SIZE_MAX);
       return Status::ok();
-    }
 
     case Command::kGetNumKeys:
       sendI64(fx, conn, static_cast<std::int64_t>(values.size()));
@@ -349,6 +334,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
                      *v, std::string_view(), fx);
       value_bytes -= v->size();
       values.erase(req.key);
+      if (queues.find(req.key) == nullptr) pending.vanished(req.key);
       sendI64(fx, conn, 1);
       return Status::ok();
     }
@@ -408,6 +394,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
     }
 
     case Command::kCancelWait:
+      if (pending.size() != 0) pending.cancel(conn);
       waiters.cancelWaits(conn);
       sendByte(fx, conn, protocol::kWaitCanceled);
       return Status::ok();
@@ -436,6 +423,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       if (q->empty()) {
         queues.erase(req.key);
         queue_bytes -= kQueueBytes;
+        if (values.find(req.key) == nullptr) pending.vanished(req.key);
       }
       return Status::ok();
     }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -58,7 +59,10 @@ struct KeyspaceOptions {
 // Keys must be shorter than 4 GiB (the codec's limits are far below).
 //
 // Bounded work: no call does work beyond its own request's size, except
-// reclaim(), which does at most what it is told. Tables grow incrementally
+// reclaim() and advanceWaits(), which do at most what they are told; a
+// huge WAIT can be registered in such steps (startWait()), and a removal
+// (DELETE_KEY, the last QUEUE_POP) while one is in progress also logs its
+// key (pending_waits.h). Tables grow incrementally
 // and are keyed by a per-process random key (store/keyspace/hash.h), so
 // chosen keys cannot make lookups slow.
 //
@@ -88,7 +92,33 @@ class Keyspace {
   // watch notifications (DELETE_KEY: notifications before the reply, as 1.13).
   Status apply(ConnId conn, const protocol::Request& req, Effects& fx);
 
-  // Forgets every wait and watch registration of `conn`, in O(1): they are
+  // A WAIT registered in bounded steps, so a huge one never makes one long
+  // call. `req` must be a WAIT. With at most `sync_keys` keys this is
+  // apply(conn, req, fx) and returns false. Otherwise it copies the keys
+  // (O(request size), no lookups) and returns true: the WAIT is in
+  // progress, advanceWaits() registers it, and until that reports it
+  // finished the caller applies no request of `conn` (a WAIT or CANCEL_WAIT
+  // of `conn`, or disconnect(conn), would cancel it). The result is as if
+  // every key were registered by this call: a key that exists at any time
+  // from this call on counts as arrived (see store/keyspace/pending_waits.h).
+  // Throws std::bad_alloc if memory runs out (nothing registered).
+  bool startWait(ConnId conn, const protocol::Request& req, Effects& fx,
+                 std::size_t sync_keys);
+  struct WaitDone {
+    ConnId conn = 0;
+    bool ok = true;  // false: out of memory; the caller closes `conn`
+  };
+  // Registers at most `max_keys` more keys of the oldest WAIT in progress
+  // (O(max_keys)); when its last key is done, returns its connection, with
+  // its STOP_WAITING in `fx` if every key has arrived by then. The caller
+  // then sends `fx` as the WAIT's outcome and may apply `conn`'s next
+  // requests. Never throws.
+  std::optional<WaitDone> advanceWaits(std::size_t max_keys, Effects& fx);
+  // WAITs in progress (started, not yet finished or cancelled).
+  std::size_t waitsInProgress() const noexcept;
+
+  // Forgets every wait and watch registration of `conn` (and its WAIT in
+  // progress, if any), in O(1): they are
   // detached at once (no later write wakes or notifies them, and they no
   // longer count in numWaitingConnections/numPendingWaits/numWatchers), and
   // freed by reclaim(). A few are freed right away, so a connection with

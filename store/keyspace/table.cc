@@ -91,14 +91,15 @@ void NodeTable::migrate(std::size_t max_slots) noexcept {
   }
 }
 
-Node* NodeTable::remove(std::string_view key, std::uint32_t hash) noexcept {
+template <typename Match>
+Node* NodeTable::removeIf(std::uint32_t hash, Match&& match) noexcept {
   Node* found = nullptr;
   if (cur_.at != nullptr) {
     std::size_t i = hash & cur_.mask;
     for (;; i = (i + 1) & cur_.mask) {
       Node* n = cur_.at[i];
       if (n == nullptr) break;
-      if (matches(n, key, hash)) {
+      if (match(n)) {
         found = n;
         break;
       }
@@ -125,7 +126,7 @@ Node* NodeTable::remove(std::string_view key, std::uint32_t hash) noexcept {
     for (std::size_t i = hash & old_.mask;; i = (i + 1) & old_.mask) {
       Node* n = old_.at[i];
       if (n == nullptr) break;
-      if (n != tombstone() && matches(n, key, hash)) {
+      if (n != tombstone() && match(n)) {
         found = n;
         old_.at[i] = tombstone();
         break;
@@ -139,6 +140,15 @@ Node* NodeTable::remove(std::string_view key, std::uint32_t hash) noexcept {
     migrate(kMoveStep);
   }
   return found;
+}
+
+Node* NodeTable::remove(std::string_view key, std::uint32_t hash) noexcept {
+  return removeIf(hash, [&](const Node* n) { return matches(n, key, hash); });
+}
+
+void NodeTable::removeNode(Node* node) noexcept {
+  // Slots compare by address: no node but the moved ones is read.
+  removeIf(node->hash, [node](const Node* n) { return n == node; });
 }
 
 ProbeStats NodeTable::probeStats() const noexcept {

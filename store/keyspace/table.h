@@ -57,11 +57,18 @@ class NodeTable {
     Node* n = probe(cur_, key, hash);
     return n != nullptr || old_.at == nullptr ? n : probe(old_, key, hash);
   }
+  // Hints the CPU to fetch the first slot a lookup of `hash` reads (a
+  // caller about to look up many keys overlaps their cache misses).
+  void prefetch(std::uint32_t hash) const noexcept {
+    if (cur_.at != nullptr) __builtin_prefetch(cur_.at + (hash & cur_.mask));
+  }
   // Adds `node`, whose key must be absent. Throws std::bad_alloc if a grow
   // cannot allocate (the table is then unchanged).
   void insert(Node* node);
   // Unlinks the node of `key` and returns it (nullptr if absent).
   Node* remove(std::string_view key, std::uint32_t hash) noexcept;
+  // Unlinks `node`, which must be in the table (no key comparison).
+  void removeNode(Node* node) noexcept;
   // Forgets every node (without freeing them) and frees the arrays.
   void reset() noexcept;
 
@@ -104,6 +111,8 @@ class NodeTable {
 
   void grow();
   void migrate(std::size_t max_slots) noexcept;
+  template <typename Match>
+  Node* removeIf(std::uint32_t hash, Match&& match) noexcept;
 
   Slots cur_;
   Slots old_;              // during a grow: entries not moved yet
@@ -134,15 +143,29 @@ class KeyTable {
     return *this;
   }
 
+  // The hash every KeyTable uses for `key`: callers that look one key up
+  // in several tables compute it once and pass it to the overloads below.
+  static std::uint32_t hashOf(std::string_view key) noexcept {
+    return static_cast<std::uint32_t>(keyedHash(key));
+  }
+
   V* find(std::string_view key) const noexcept {
+    return table_.size() == 0 ? nullptr : find(key, hashOf(key));
+  }
+  // `hash` must be hashOf(key).
+  V* find(std::string_view key, std::uint32_t hash) const noexcept {
     if (table_.size() == 0) return nullptr;
-    Node* n = table_.find(key, hashOf(key));
+    Node* n = table_.find(key, hash);
     return n == nullptr ? nullptr : valueOf(n);
   }
+  void prefetch(std::uint32_t hash) const noexcept { table_.prefetch(hash); }
   // The value of `key`, value-initialized if it was missing (second: true
   // if it was created).
   std::pair<V*, bool> findOrInsert(std::string_view key) {
-    const std::uint32_t h = hashOf(key);
+    return findOrInsert(key, hashOf(key));
+  }
+  // `hash` must be hashOf(key).
+  std::pair<V*, bool> findOrInsert(std::string_view key, std::uint32_t h) {
     if (Node* n = table_.find(key, h)) return {valueOf(n), false};
     const std::size_t bytes = blockBytes(key.size());
     void* mem = ::operator new(bytes);
@@ -161,6 +184,18 @@ class KeyTable {
     }
     node_bytes_ += bytes;
     return {v, true};
+  }
+  // Erases the entry of `v`, a value stored in this table (cheaper than
+  // erase(key): no hashing, no key comparison).
+  void eraseValue(V* v) noexcept {
+    Node* n = nodeOf(v);
+    table_.removeNode(n);
+    node_bytes_ -= blockBytes(n->key_size);
+    destroy(n);
+  }
+  // Hints the CPU to fetch the first slot a removal of `v` reads.
+  void prefetchValue(const V* v) const noexcept {
+    table_.prefetch(nodeOf(const_cast<V*>(v))->hash);
   }
   bool erase(std::string_view key) noexcept {
     Node* n = table_.remove(key, hashOf(key));
@@ -194,12 +229,15 @@ class KeyTable {
   }
   ProbeStats probeStats() const noexcept { return table_.probeStats(); }
 
- private:
-  static std::uint32_t hashOf(std::string_view key) noexcept {
-    return static_cast<std::uint32_t>(keyedHash(key));
-  }
+  // Bytes of the heap block of an entry with a key of `key_size` bytes.
   static std::size_t blockBytes(std::size_t key_size) noexcept {
     return sizeof(V) + sizeof(Node) + key_size;
+  }
+
+ private:
+  static Node* nodeOf(V* v) noexcept {
+    return std::launder(
+        reinterpret_cast<Node*>(reinterpret_cast<char*>(v) + sizeof(V)));
   }
   static V* valueOf(Node* n) noexcept {
     return std::launder(

@@ -65,11 +65,41 @@ void Waiters::addWait(ConnId conn, bool barrier, std::int64_t world_size,
       ++kr->plain_links;
     }
   }
-  bytes_ += sizeof(Wait) + keys.size() * sizeof(WaitLink);
+  bytes_ += sizeof(Wait) + w->links.capacity() * sizeof(WaitLink);
   cs.num_links += keys.size();
   if (cs.num_waits++ == 0) ++waiting_conns_;
   ++num_waits_;
   cs.waits.pushBack(w.release());
+}
+
+Wait* Waiters::beginWait(ConnId conn, std::size_t max_keys) {
+  ConnState& cs = connFor(conn);
+  auto w = std::make_unique<Wait>();
+  w->cs = &cs;
+  w->registering = true;
+  w->links.reserve(max_keys);
+  bytes_ += sizeof(Wait) + w->links.capacity() * sizeof(WaitLink);
+  if (cs.num_waits++ == 0) ++waiting_conns_;
+  ++num_waits_;
+  cs.waits.pushBack(w.get());
+  return w.release();
+}
+
+void Waiters::linkKey(Wait* w, std::string_view key, std::uint32_t hash) {
+  KeyRegs* kr = regs_.findOrInsert(key, hash).first;
+  // Within the reserved capacity: no reallocation moves linked links.
+  WaitLink& l = w->links.emplace_back();
+  l.wait = w;
+  l.regs = kr;
+  kr->waits.pushBack(&l);
+  ++kr->plain_links;
+  ++w->remaining;
+  ++w->cs->num_links;
+}
+
+void Waiters::finishWait(Wait* w, Effects& fx) {
+  w->registering = false;
+  if (w->remaining == 0) release(w, fx);
 }
 
 void Waiters::addWatch(ConnId conn, std::string_view key) {
@@ -93,13 +123,11 @@ void Waiters::unlink(WaitLink& l) noexcept {
 }
 
 void Waiters::maybeErase(KeyRegs* kr) noexcept {
-  if (kr->waits.empty() && kr->watches.empty()) {
-    regs_.erase(KeyTable<KeyRegs>::keyOf(kr));
-  }
+  if (kr->waits.empty() && kr->watches.empty()) regs_.eraseValue(kr);
 }
 
 void Waiters::freeWait(Wait* w) noexcept {
-  bytes_ -= sizeof(Wait) + w->links.size() * sizeof(WaitLink);
+  bytes_ -= sizeof(Wait) + w->links.capacity() * sizeof(WaitLink);
   delete w;
 }
 
@@ -188,7 +216,7 @@ void Waiters::wakeKey(KeyRegs* kr, const std::string& value, WakeMode mode,
       }
     } else {
       unlink(*l);
-      if (--w->remaining == 0) release(w, fx);
+      if (--w->remaining == 0 && !w->registering) release(w, fx);
     }
     l = next;
   }
@@ -244,7 +272,7 @@ void Waiters::wakeOne(std::string_view key, Effects& fx) {
     Wait* w = l->wait;
     if (w->barrier || w->cs->detached) continue;
     unlink(*l);
-    if (--w->remaining == 0) release(w, fx);
+    if (--w->remaining == 0 && !w->registering) release(w, fx);
     break;
   }
   maybeErase(kr);
@@ -294,6 +322,19 @@ void Waiters::disconnect(ConnId conn) {
 bool Waiters::drain(ConnState& cs, std::size_t& budget) noexcept {
   while (Wait* w = cs.waits.front()) {
     for (; budget > 0 && w->reclaimed < w->links.size(); --budget) {
+      // Each key's registrations are a cache miss, and so is its table
+      // slot: fetch them a few links ahead (a dead wait's links are freed
+      // in order).
+      constexpr std::size_t kAhead = 8;
+      const std::size_t n = w->links.size();
+      if (w->reclaimed + 2 * kAhead < n) {
+        if (const KeyRegs* ahead = w->links[w->reclaimed + 2 * kAhead].regs)
+          __builtin_prefetch(ahead);
+      }
+      if (w->reclaimed + kAhead < n) {
+        if (const KeyRegs* ahead = w->links[w->reclaimed + kAhead].regs)
+          regs_.prefetchValue(ahead);
+      }
       WaitLink& l = w->links[w->reclaimed++];
       --to_reclaim_;
       KeyRegs* kr = l.regs;

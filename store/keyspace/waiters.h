@@ -46,8 +46,13 @@ struct Wait {
   std::size_t remaining = 0;    // plain wait: keys still to arrive
   std::int64_t world_size = 0;  // barrier: released when counter >= this
   bool barrier = false;
-  std::size_t reclaimed = 0;    // links already unlinked by reclaim()
-  std::vector<WaitLink> links;  // fixed size once linked
+  // Its keys are still being linked (Waiters::beginWait): not released even
+  // if `remaining` drops to 0, until finishWait().
+  bool registering = false;
+  std::size_t reclaimed = 0;  // links already unlinked by reclaim()
+  // Never reallocated once linked: sized (or reserved) when the wait is
+  // made; a registering wait appends within its reserved capacity.
+  std::vector<WaitLink> links;
 };
 
 struct Watch {
@@ -99,6 +104,8 @@ class Waiters {
   KeyRegs* find(std::string_view key) const noexcept {
     return regs_.empty() ? nullptr : regs_.find(key);
   }
+  // KeyTable::prefetch() of the registrations table.
+  void prefetch(std::uint32_t hash) const noexcept { regs_.prefetch(hash); }
   // Whether a write of the key must capture its old value for watchers.
   static bool watched(const KeyRegs* kr) noexcept {
     return kr != nullptr && !kr->watches.empty();
@@ -107,6 +114,19 @@ class Waiters {
   // Registers a wait of `conn` on `keys` (distinct, at least one).
   void addWait(ConnId conn, bool barrier, std::int64_t world_size,
                const std::vector<std::string_view>& keys);
+
+  // A plain wait registered key by key (pending_waits.h registers a huge
+  // WAIT over several loop turns): beginWait() makes it pending (it counts
+  // in numPendingWaits, CANCEL_WAIT and disconnect detach it) with room
+  // for `max_keys` links; linkKey() adds one absent key (distinct from its
+  // others; `hash` is KeyTable::hashOf(key)), which a write releases from
+  // then on as for any wait; finishWait() ends the registration and
+  // releases the wait (STOP_WAITING in `fx`) if every linked key has been
+  // written meanwhile. A wait with no key linked is released too.
+  // linkKey() throws std::bad_alloc (nothing changed) if memory runs out.
+  Wait* beginWait(ConnId conn, std::size_t max_keys);
+  void linkKey(Wait* w, std::string_view key, std::uint32_t hash);
+  void finishWait(Wait* w, Effects& fx);
   void addWatch(ConnId conn, std::string_view key);
 
   // After `key` (registrations `kr`, may be nullptr) was written: with
