@@ -13,32 +13,9 @@ MemoryBackend::~MemoryBackend() {
   if (idle_ != nullptr) idle_->data = nullptr;
 }
 
-namespace {
-
-// glibc raises its trim threshold to twice the largest mmapped block freed
-// so far (up to 64 MiB): after 4 MiB request buffers and link arrays are
-// freed, a thread arena's top chunk of tens of MiB is never given back, and
-// malloc_trim() does not trim a thread arena's top either (measured: RSS
-// stuck 16-35 MiB above its start after a 1.1 GiB WAIT drop, back within
-// 2x in 1.7 s with this). Setting the threshold fixes it, and also keeps
-// the mmap threshold at its 128 KiB default, so large values and buffers
-// are mmapped and returned when freed. Process-wide: set once.
-constexpr int kTrimThresholdBytes = 4 << 20;
-
-void fixTrimThreshold() noexcept {
-  static const bool done = [] {
-    mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
-    return true;
-  }();
-  (void)done;
-}
-
-}  // namespace
-
 Status MemoryBackend::open(BackendHost& host, uv_loop_s* loop) {
   host_ = &host;
   if (loop == nullptr) return Status::ok();
-  fixTrimThreshold();
   auto* idle = new uv_idle_t{};
   if (int rc = uv_idle_init(loop, idle); rc != 0) {
     delete idle;
