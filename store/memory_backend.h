@@ -42,7 +42,7 @@ class MemoryBackend final : public Backend {
   static constexpr std::uint64_t kReclaimNsPerTurn = 2'000'000;
   // Registrations freed between two clock reads (one key of a WAIT, or one
   // watch).
-  static constexpr std::size_t kReclaimStep = 512;
+  static constexpr std::size_t kReclaimStep = 64;
   // Freed bytes (by memoryBytes()) since the last trim that make a trim
   // worth its cost: once everything is freed, and while freeing goes on.
   static constexpr std::size_t kTrimAfterBytes = 4u << 20;

@@ -9,8 +9,11 @@ namespace tcpstore::store::keyspace {
 
 namespace {
 
-// Dead items reclaimed right away by a cancel or disconnect: the common
-// small case leaves nothing behind, a large one waits for reclaim().
+// Dead items reclaimed right away by a cancel or disconnect when that is all
+// there is to reclaim: the common small case leaves nothing behind; a large
+// backlog (a burst of disconnects of huge WAITs: each removal from a table
+// of millions of keys is a few cache misses) is left to reclaim(), which
+// the backend runs under a time bound per loop turn.
 constexpr std::size_t kInlineReclaim = 64;
 // A connection's entry in conns_ (node and bucket share, roughly).
 constexpr std::size_t kConnBytes = sizeof(ConnState) + 48;
@@ -283,7 +286,7 @@ void Waiters::cancelWaits(ConnId conn) {
   if (it == conns_.end()) return;
   ConnState& cs = *it->second;
   while (Wait* w = cs.waits.front()) retire(w);
-  reclaim(kInlineReclaim);
+  reclaimIfSmall();
 }
 
 void Waiters::dropPlainWaits(ConnId conn) {
@@ -297,7 +300,7 @@ void Waiters::dropPlainWaits(ConnId conn) {
     if (!w->barrier) retire(w);
     w = next;
   }
-  reclaim(kInlineReclaim);
+  reclaimIfSmall();
 }
 
 void Waiters::disconnect(ConnId conn) {
@@ -315,7 +318,7 @@ void Waiters::disconnect(ConnId conn) {
   cs->detached = true;
   to_reclaim_ += cs->num_links + cs->num_watches;
   graveyard_.push_back(std::move(cs));
-  reclaim(kInlineReclaim);
+  reclaimIfSmall();
 }
 
 // Frees dead items of `cs` while `budget` lasts; true when none are left.
@@ -358,6 +361,10 @@ bool Waiters::drain(ConnState& cs, std::size_t& budget) noexcept {
     freeWatch(wa);
   }
   return cs.watches.empty();
+}
+
+void Waiters::reclaimIfSmall() {
+  if (to_reclaim_ <= kInlineReclaim) reclaim(kInlineReclaim);
 }
 
 std::size_t Waiters::reclaim(std::size_t max_items) {

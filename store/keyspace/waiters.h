@@ -163,6 +163,8 @@ class Waiters {
   }
 
  private:
+  // reclaim(kInlineReclaim) when no more than that is left to reclaim.
+  void reclaimIfSmall();
   ConnState& connFor(ConnId conn);
   void retire(Wait* w);
   void release(Wait* w, Effects& fx);
