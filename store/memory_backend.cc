@@ -41,6 +41,7 @@ Result<Backend::Outcome> MemoryBackend::submit(ConnId conn,
   Status st = keyspace_.apply(conn, req, fx);
   // CANCEL_WAIT detaches registrations.
   if (req.command == protocol::Command::kCancelWait) scheduleWork();
+  noteMemory();
   if (!st.isOk()) return st;
   return Outcome::kDone;
 }
@@ -50,10 +51,21 @@ void MemoryBackend::disconnect(ConnId conn) {
   scheduleWork();
 }
 
+void MemoryBackend::noteMemory() noexcept {
+  const std::size_t now = keyspace_.memoryBytes();
+  if (now > trim_mark_) {
+    trim_mark_ = now;
+  } else if (trim_mark_ >= now + kTrimSliceBytes) {
+    scheduleWork();  // the trim runs on the idle handle, not in this request
+  }
+}
+
 void MemoryBackend::scheduleWork() noexcept {
   if (idle_ == nullptr || working_) return;
   const bool reclaim = keyspace_.reclaim(0) != 0;  // O(1): how many are left
-  if (!reclaim && keyspace_.waitsInProgress() == 0) return;
+  const bool trim_due =
+      trim_mark_ >= keyspace_.memoryBytes() + kTrimSliceBytes;
+  if (!reclaim && !trim_due && keyspace_.waitsInProgress() == 0) return;
   if (reclaim && trim_mark_ < keyspace_.memoryBytes()) {
     trim_mark_ = keyspace_.memoryBytes();
   }
