@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/init_report.h"
+#include "bench/round_trip.h"
 #include "bench/sized_echo.h"
 
 namespace tcpstore::bench {
@@ -119,12 +120,7 @@ class Init final : public ConnHandler, public TimerHandler {
 
  private:
   Dialect dialect() const { return common_.dialect; }
-  Request& add() {
-    if (used_ == trip_.size()) trip_.emplace_back();
-    Request& r = trip_[used_++];
-    r.clear();
-    return r;
-  }
+  Request& add() { return trip_.add(); }
   void sendTrip(std::size_t i, std::uint32_t reply_bytes);
   void connect(std::size_t i);
   void retry(std::size_t i);
@@ -143,9 +139,7 @@ class Init final : public ConnHandler, public TimerHandler {
   std::string value_;
   std::vector<std::string> keys_;
   std::vector<std::string_view> all_keys_;
-  std::vector<Request> trip_;
-  std::size_t used_ = 0;
-  std::string scratch_, msg_;
+  RoundTrip trip_;
   std::size_t finished_ = 0, failed_ = 0, ready_ = 0;
   std::uint64_t retries_ = 0, bad_replies_ = 0, reply_bytes_ = 0;
   std::string first_error_;
@@ -158,24 +152,8 @@ class Init final : public ConnHandler, public TimerHandler {
 };
 
 void Init::sendTrip(std::size_t i, std::uint32_t reply_bytes) {
-  Conn& c = *ranks_[i].conn;
-  if (opt_.echo_floor) {
-    scratch_.clear();
-    for (std::size_t k = 0; k < used_; ++k) {
-      protocol::encodeRequest(dialect(), trip_[k], scratch_);
-    }
-    msg_.clear();
-    appendSizedEcho(msg_, static_cast<std::uint32_t>(scratch_.size()),
-                    reply_bytes);
-    loop_.sendRaw(c, msg_, reply_bytes, kTagEnd);
-  } else {
-    for (std::size_t k = 0; k < used_; ++k) {
-      const Request& r = trip_[k];
-      loop_.send(c, dialect(), r, k + 1 == used_ ? kTagEnd : kTagPart,
-                 r.command == Command::kMultiGet ? r.keys.size() : 0);
-    }
-  }
-  used_ = 0;
+  trip_.send(loop_, *ranks_[i].conn, dialect(), opt_.echo_floor, reply_bytes,
+             kTagPart, kTagEnd);
 }
 
 void Init::connect(std::size_t i) {
@@ -191,10 +169,7 @@ void Init::connect(std::size_t i) {
 void Init::retry(std::size_t i) {
   Rank& r = ranks_[i];
   ++retries_;
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const double delay = r.backoff_s * jitter(rng_);
-  r.backoff_s = std::min(8.0, r.backoff_s * 1.5);
-  loop_.addTimer(nowNs() + static_cast<std::int64_t>(delay * 1e9), this,
+  loop_.addTimer(nowNs() + nextRetryDelayNs(r.backoff_s, 8.0, rng_), this,
                  (kRetry << 32) | i);
 }
 

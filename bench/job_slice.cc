@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/round_trip.h"
 #include "bench/sized_echo.h"
 
 namespace tcpstore::bench {
@@ -90,12 +91,7 @@ class JobSlice final : public ConnHandler, public TimerHandler {
   int globalRank(std::size_t i) const {
     return opt_.first_rank + static_cast<int>(i);
   }
-  Request& add() {
-    if (used_ == trip_.size()) trip_.emplace_back();
-    Request& r = trip_[used_++];
-    r.clear();
-    return r;
-  }
+  Request& add() { return trip_.add(); }
   void send(std::size_t i, std::uint32_t reply_bytes);
   void connect(std::size_t i);
   void retry(std::size_t i);
@@ -110,9 +106,7 @@ class JobSlice final : public ConnHandler, public TimerHandler {
   std::string value_, init_key_, barrier_key_;
   std::vector<std::string> root_keys_;
   std::vector<std::string_view> all_keys_;
-  std::vector<Request> trip_;
-  std::size_t used_ = 0;
-  std::string scratch_, msg_;
+  RoundTrip trip_;
   std::size_t finished_ = 0, failed_ = 0;
   std::uint64_t retries_ = 0, bad_replies_ = 0;
   std::string first_error_;
@@ -121,24 +115,8 @@ class JobSlice final : public ConnHandler, public TimerHandler {
 
 // Sends the requests add()ed since the last send as one round trip.
 void JobSlice::send(std::size_t i, std::uint32_t reply_bytes) {
-  Conn& c = *ranks_[i].conn;
-  if (opt_.echo_floor) {
-    scratch_.clear();
-    for (std::size_t k = 0; k < used_; ++k) {
-      protocol::encodeRequest(Dialect::kV2, trip_[k], scratch_);
-    }
-    msg_.clear();
-    appendSizedEcho(msg_, static_cast<std::uint32_t>(scratch_.size()),
-                    reply_bytes);
-    loop_.sendRaw(c, msg_, reply_bytes, 0);
-  } else {
-    for (std::size_t k = 0; k < used_; ++k) {
-      const Request& r = trip_[k];
-      loop_.send(c, Dialect::kV2, r, 0,
-                 r.command == Command::kMultiGet ? r.keys.size() : 0);
-    }
-  }
-  used_ = 0;
+  trip_.send(loop_, *ranks_[i].conn, Dialect::kV2, opt_.echo_floor, reply_bytes,
+             0, 0);
 }
 
 void JobSlice::connect(std::size_t i) {
@@ -153,10 +131,7 @@ void JobSlice::connect(std::size_t i) {
 void JobSlice::retry(std::size_t i) {
   Rank& r = ranks_[i];
   ++retries_;
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  const double delay = r.backoff_s * jitter(rng_);
-  r.backoff_s = std::min(8.0, r.backoff_s * 1.5);
-  loop_.addTimer(nowNs() + static_cast<std::int64_t>(delay * 1e9), this, i);
+  loop_.addTimer(nowNs() + nextRetryDelayNs(r.backoff_s, 8.0, rng_), this, i);
 }
 
 // Sends rank i's round trip `ranks_[i].trip` (or ends its script).

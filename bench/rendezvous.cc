@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/round_trip.h"
 #include "bench/scenarios.h"
 
 namespace tcpstore::bench {
@@ -168,13 +169,11 @@ void Rendezvous::scheduleRetry(std::size_t i, bool second) {
   Rank& r = ranks_[i];
   ++retries_;
   ++r.retries;
-  double delay = 1.0;  // 1.13: a fixed 1 s between attempts
+  std::int64_t delay_ns = 1'000'000'000;  // 1.13: a fixed 1 s between tries
   if (common_.dialect == Dialect::kV2) {
-    std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    delay = r.backoff_s * jitter(rng_);
-    r.backoff_s = std::min(60.0, r.backoff_s * 1.5);
+    delay_ns = nextRetryDelayNs(r.backoff_s, 60.0, rng_);
   }
-  loop_.addTimer(nowNs() + static_cast<std::int64_t>(delay * 1e9), this,
+  loop_.addTimer(nowNs() + delay_ns, this,
                  ((second ? kRetrySecond : kRetryMain) << 32) | i);
 }
 
