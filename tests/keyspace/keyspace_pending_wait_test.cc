@@ -13,17 +13,6 @@
 namespace tcpstore::store::testing {
 namespace {
 
-std::vector<std::string> keysNamed(const char* prefix, std::size_t n) {
-  std::vector<std::string> keys;
-  for (std::size_t i = 0; i < n; ++i)
-    keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
-
-std::vector<std::string_view> views(const std::vector<std::string>& keys) {
-  return {keys.begin(), keys.end()};
-}
-
 // Starts a WAIT of `conn` that is left in progress (at most 4 keys at once).
 void startPending(Harness& h, ConnId conn,
                   const std::vector<std::string_view>& keys) {

@@ -11,17 +11,6 @@
 namespace tcpstore::store::testing {
 namespace {
 
-std::vector<std::string> keysNamed(const char* prefix, std::size_t n) {
-  std::vector<std::string> keys;
-  for (std::size_t i = 0; i < n; ++i)
-    keys.push_back(prefix + std::to_string(i));
-  return keys;
-}
-
-std::vector<std::string_view> views(const std::vector<std::string>& keys) {
-  return {keys.begin(), keys.end()};
-}
-
 // Calls reclaim(step) until nothing is left; returns the number of calls.
 std::size_t drain(Keyspace& ks, std::size_t step) {
   std::size_t calls = 0;

@@ -22,6 +22,20 @@ using protocol::Request;
 
 // Hex text comes from tests/support/hex.h.
 using tcpstore::test::fromHex;
+// prefix0, prefix1, ... prefix(n-1).
+inline std::vector<std::string> keysNamed(const char* prefix, std::size_t n) {
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < n; ++i)
+    keys.push_back(prefix + std::to_string(i));
+  return keys;
+}
+
+// Views of `keys` (which must outlive them).
+inline std::vector<std::string_view> views(
+    const std::vector<std::string>& keys) {
+  return {keys.begin(), keys.end()};
+}
+
 inline std::string hex(std::string_view bytes) {
   return tcpstore::test::toHex(bytes);
 }
