@@ -501,17 +501,15 @@ void setAndFence(RawConn& setter, const std::string& key,
   REQUIRE(setter.recv(4) == u32le(7));
 }
 
-// Every one of `conns` sent the WAIT and the relay took it into a group.
+// Every one of `conns` sent the WAIT and the relay took it (its dispatcher
+// counted it; what the relay does with it happens in that same call).
 void waitAll(std::vector<RawConn>& conns, const ScopedServer& relay,
              std::initializer_list<std::string_view> keys) {
-  const auto before = relay->counters().relay_shared_waits;
+  const std::uint64_t before = waitsAt(relay);
   for (auto& c : conns)
     REQUIRE(c.send(tcpstore::test::keysMsg(v2w::kWait, keys)));
   REQUIRE(tcpstore::test::eventually(
-      [&] {
-        return relay->counters().relay_shared_waits >= before + conns.size();
-      },
-      scaled(10s)));
+      [&] { return waitsAt(relay) >= before + conns.size(); }, scaled(10s)));
 }
 
 }  // namespace
