@@ -432,12 +432,28 @@ TEST_CASE("relay: upstream killed and restarted mid-job (real processes)") {
       std::async(std::launch::async, [&] { return b.wait({"job/never"}); });
   REQUIRE(upstream.waitStderr(" wait=1 ", Clock::now() + scaled(10s),
                               [&] { upstream.signal(SIGUSR1); }));
+  // Two more ranks wait for the same key (a shared WAIT's late joiners:
+  // held at the relay, nothing sent upstream for them yet).
+  std::vector<tcpstore::test::RawConn> joiners;
+  for (int i = 0; i < 2; ++i) {
+    joiners.push_back(tcpstore::test::RawConn::connect(relay_port));
+    REQUIRE(joiners.back().handshake());
+    REQUIRE(joiners.back().send(
+        tcpstore::test::keysMsg(tcpstore::test::v2::kWait, {"/job/never"})));
+  }
+  REQUIRE(relay.waitStderr("shared_waits=3 ", Clock::now() + scaled(10s),
+                           [&] { relay.signal(SIGUSR1); }));
 
   REQUIRE(::kill(upstream.pid(), SIGKILL) == 0);
   (void)upstream.wait(Clock::now() + scaled(5s));
   // The waiter gets a clean error (its connection closed), never a hang.
   REQUIRE(waiter.wait_for(scaled(10s)) == std::future_status::ready);
   CHECK_FALSE(waiter.get().isOk());
+  for (auto& j : joiners) {
+    std::string got;
+    CHECK(j.waitClosed(&got));
+    CHECK(got.empty());
+  }
   // So does a rank that had used the upstream: its connection was closed,
   // and while the upstream is down the relay refuses its requests.
   auto refused = a.add("job/n", 1);
