@@ -89,21 +89,11 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     return downError();
   }
   if (waits_->waiting(conn)) {
-    // In a shared WAIT: what a server does with a request behind a pending
-    // WAIT. CANCEL_WAIT answers 01 (the wait was pending) and PING its
-    // nonce at once; anything else moves the WAIT to the client's own
-    // channel, ahead of the request (docs/relay.md, "Combining").
-    if (req.command == Command::kCancelWait) {
-      waits_->leave(conn);
-      fx.begin(conn).push_back(static_cast<char>(protocol::kWaitCanceled));
-      fx.end();
-      return Outcome::kDone;
-    }
-    if (req.command == Command::kPing) {
-      protocol::appendU32(fx.begin(conn), req.u32);
-      fx.end();
-      return Outcome::kDone;
-    }
+    // In a shared WAIT and sending more (a CANCEL_WAIT after its timeout,
+    // anything else): the WAIT moves to the client's own channel, ahead of
+    // the request, and both go upstream as if tunneled from the start, so
+    // the client reads what a server sends (a CANCEL_WAIT: `01` if the
+    // keys are missing upstream then, `00 01` if they exist).
     const std::string wait = waits_->leave(conn);
     tunnelEncoded(conn, Command::kWait, 0, wait);
   }

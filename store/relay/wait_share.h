@@ -11,13 +11,14 @@
 // joiner's own request-reply interval. So at most one WAIT per key list is
 // upstream at a time, plus at most one more round trip for late joiners.
 //
-// A caller is not pending: its submit() answered kDone, so its CANCEL_WAIT
-// reaches the relay, which answers it here with `01` (what a server sends
-// for a wait still pending) and takes the caller out of the group. A
-// caller's disconnect takes it out too. When the last caller of the WAIT in
-// flight leaves, its channel is closed (CLOSE: the upstream forgets the
-// wait). A caller that sends any other request while it waits is moved to
-// its own channel (its WAIT re-sent there; see docs/relay.md).
+// A caller is not pending: its submit() answered kDone, so its next
+// request (a CANCEL_WAIT after its timeout) reaches the relay as it would
+// reach a server. Any request of a caller takes it out of the group, and
+// the relay re-sends its WAIT on the client's own channel ahead of the
+// request (the relay cannot answer a CANCEL_WAIT itself: `01` or `00 01`
+// depends on whether the keys exist upstream). A caller's disconnect takes
+// it out too. When the last caller of the WAIT in flight leaves, its
+// channel is closed (CLOSE: the upstream forgets the wait).
 //
 // Loop thread only.
 #pragma once
@@ -49,8 +50,8 @@ class WaitShare {
   bool offer(ConnId conn, const protocol::Request& req);
   // `conn` is waiting in a group.
   bool waiting(ConnId conn) const { return members_.count(conn) > 0; }
-  // Takes `conn` out of its group (a CANCEL_WAIT, a disconnect, or another
-  // request); returns the WAIT's encoded 2.x request, empty if `conn` was
+  // Takes `conn` out of its group (a disconnect, or another request);
+  // returns the WAIT's encoded 2.x request, empty if `conn` was
   // not waiting here.
   std::string leave(ConnId conn);
   // Sends the WAITs of groups with callers and none in flight.
