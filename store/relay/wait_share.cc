@@ -134,7 +134,12 @@ void WaitShare::onData(std::uint32_t channel, std::string_view payload) {
   for (const Caller& c : sent) {
     if (!live(c, g)) continue;
     members_.erase(c.conn);
-    fx.send(c.conn, std::string_view(&stop, 1));
+    if (fx.empty()) {
+      fx.send(c.conn, std::string_view(&stop, 1));
+    } else {
+      const Effects::Send first = fx.sends().front();
+      fx.repeat(c.conn, first);  // one byte for all, never copied
+    }
   }
   if (g->live_next > 0) {
     markDirty(*g);  // late joiners: their own WAIT, on the same channel

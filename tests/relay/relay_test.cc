@@ -676,3 +676,29 @@ TEST_CASE("relay: shared WAITs through two stacked relays stay exact") {
   // cancelled caller (its WAIT goes upstream with its CANCEL_WAIT).
   CHECK(up <= 3);
 }
+
+TEST_CASE(
+    "relay: 1.13 and 2.x WAITs of the same keys share one upstream WAIT") {
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  std::vector<RawConn> w = rawConns(p.relay->port(), 2);  // 2.x
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(RawConn::connect(p.relay->port()));  // 1.13: no handshake
+    REQUIRE(w.back().ok());
+  }
+  const std::uint64_t up_before = waitsAt(p.upstream);
+  const std::uint64_t relay_before = waitsAt(p.relay);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const std::uint8_t code = i < 2 ? v2w::kWait : tcpstore::test::v113::kWait;
+    REQUIRE(w[i].send(tcpstore::test::keysMsg(code, {"/sh"})));
+  }
+  REQUIRE(tcpstore::test::eventually(
+      [&] { return waitsAt(p.relay) >= relay_before + w.size(); },
+      scaled(10s)));
+  setAndFence(setter, "/sh", "v");
+  for (auto& c : w) CHECK(c.recv(1) == std::string(1, '\0'));
+  const std::uint64_t up = waitsAt(p.upstream) - up_before;
+  MESSAGE("5 WAITs (2 of 2.x, 3 of 1.13) at the relay, " << up << " upstream");
+  CHECK(up <= 2);
+}
