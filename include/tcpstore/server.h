@@ -152,13 +152,16 @@ struct ServerCounters {
   // Relay mode (ServerOptions::upstream; all 0 otherwise). Requests sent on
   // their client's own channel; ADDs answered from a combined upstream ADD
   // (and those upstream ADDs); reads answered from a shared upstream read
-  // (and those reads); upstream connections lost and re-made; requests
+  // (and those reads); WAITs taken into a shared WAIT (and the WAITs sent
+  // upstream for them); upstream connections lost and re-made; requests
   // refused while the upstream was down.
   std::uint64_t relay_tunneled = 0;
   std::uint64_t relay_combined = 0;
   std::uint64_t relay_upstream_adds = 0;
   std::uint64_t relay_coalesced = 0;
   std::uint64_t relay_upstream_reads = 0;
+  std::uint64_t relay_shared_waits = 0;
+  std::uint64_t relay_upstream_waits = 0;
   std::uint64_t relay_losses = 0;
   std::uint64_t relay_reconnects = 0;
   std::uint64_t relay_refused = 0;

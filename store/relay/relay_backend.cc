@@ -1,9 +1,11 @@
 #include "store/relay/relay_backend.h"
 
 #include <new>
+#include <unordered_set>
 
 #include "store/relay/combiner.h"
 #include "store/relay/upstream_connect.h"
+#include "store/relay/wait_share.h"
 
 namespace tcpstore::store::relay {
 
@@ -14,7 +16,8 @@ namespace mux = protocol::mux;
 RelayBackend::RelayBackend(RelayOptions options)
     : options_(std::move(options)),
       link_(options_, *this, counters_),
-      combiner_(std::make_unique<Combiner>(*this)) {}
+      combiner_(std::make_unique<Combiner>(*this)),
+      waits_(std::make_unique<WaitShare>(*this)) {}
 
 RelayBackend::~RelayBackend() = default;
 
@@ -85,12 +88,25 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     bumpRelay(counters_.refused);
     return downError();
   }
+  if (waits_->waiting(conn)) {
+    // In a shared WAIT and sending more (a CANCEL_WAIT after its timeout,
+    // anything else): the WAIT moves to the client's own channel, ahead of
+    // the request, and both go upstream as if tunneled from the start, so
+    // the client reads what a server sends (a CANCEL_WAIT: `01` if the
+    // keys are missing upstream then, `00 01` if they exist).
+    const std::string wait = waits_->leave(conn);
+    tunnelEncoded(conn, Command::kWait, 0, wait);
+  }
   const bool idle =
       c.channel == 0 || (c.tracker.idle() && c.dialect == Dialect::kV2);
   if (req.command == Command::kPing && idle) {
     protocol::appendU32(fx.begin(conn), req.u32);
     fx.end();
     return Outcome::kDone;
+  }
+  if (options_.combine && options_.share_waits && idle &&
+      waits_->offer(conn, req)) {
+    return Outcome::kDone;  // STOP_WAITING follows from the shared WAIT
   }
   if (options_.combine && idle && combiner_->offer(conn, req)) {
     ensureChannel(conn, c, Dialect::kV2);  // a lone request goes out on it
@@ -167,6 +183,12 @@ Status RelayBackend::tunnel(ConnId conn, const protocol::Request& req) {
   return Status::ok();
 }
 
+void RelayBackend::closeChannel(std::uint32_t channel) {
+  if (routes_.erase(channel) > 0 && link_.up()) {
+    mux::appendFrame(link_.out(), mux::FrameType::kClose, channel, {});
+  }
+}
+
 void RelayBackend::writeEncoded(std::uint32_t channel,
                                 std::string_view request) {
   mux::appendFrame(link_.out(), mux::FrameType::kRequest, channel, request);
@@ -183,6 +205,7 @@ void RelayBackend::tunnelEncoded(ConnId conn, Command cmd, std::uint64_t count,
 }
 
 void RelayBackend::disconnect(ConnId conn) {
+  waits_->leave(conn);
   auto it = clients_.find(conn);
   if (it == clients_.end()) return;
   const std::uint32_t ch = it->second->channel;
@@ -205,6 +228,7 @@ void RelayBackend::onCheck(uv_check_t* check) noexcept {
   }
   try {
     b->combiner_->flush();
+    b->waits_->flush();
   } catch (...) {
     b->link_.drop(Status::ioError("out of memory while combining"));
   }
@@ -234,6 +258,15 @@ bool RelayBackend::onFrame(const mux::Frame& f) {
   if (it == routes_.end()) {
     // A channel we closed (its DATA crossed our CLOSE) or never opened.
     return f.channel < next_channel_;
+  }
+  if (it->second == kSharedWait) {
+    if (f.type == mux::FrameType::kData) {
+      waits_->onData(f.channel, f.payload);
+    } else {
+      routes_.erase(it);
+      waits_->onClosed(f.channel, f.payload);
+    }
+    return true;
   }
   if (it->second == kShared) {
     if (f.type == mux::FrameType::kData) {
@@ -281,9 +314,14 @@ void RelayBackend::onLinkDown(const Status& why) {
   routes_.clear();
   next_channel_ = 1;
   combiner_->onLinkDown(why);
-  std::vector<ConnId> victims;
+  // Shared waiters (whether or not they own a channel) and clients with a
+  // channel, each once.
+  std::vector<ConnId> victims = waits_->onLinkDown();
+  const std::unordered_set<ConnId> waiters(victims.begin(), victims.end());
   for (auto& [conn, c] : clients_) {
-    if (c->channel != 0 || c->doomed) victims.push_back(conn);
+    if ((c->channel != 0 || c->doomed) && waiters.count(conn) == 0) {
+      victims.push_back(conn);
+    }
     c->channel = 0;
   }
   to_close_.clear();

@@ -12,7 +12,8 @@
 // Combining (combiner.h): concurrent ADDs to one key become one upstream ADD
 // of the sum, identical GET/CHECK/MULTI_GET sent in one loop turn become
 // one; replies tracked per channel (reply_tracker.h) keep every client's
-// replies in its request order.
+// replies in its request order. Identical WAITs of idle clients share one
+// upstream WAIT (wait_share.h).
 //
 // Upstream loss: every client with a channel is closed (its requests may or
 // may not have been applied: a clean error, never a guessed reply), new
@@ -41,6 +42,7 @@
 namespace tcpstore::store::relay {
 
 class Combiner;
+class WaitShare;
 
 class RelayBackend final : public Backend, private LinkHandler {
  public:
@@ -65,6 +67,8 @@ class RelayBackend final : public Backend, private LinkHandler {
   // ---- for the Combiner (loop thread) -------------------------------------
   // A new channel of `dialect` on the current link (OPEN written).
   std::uint32_t openChannel(protocol::Dialect dialect, ConnId owner);
+  // Closes a relay-owned channel (CLOSE written while the link is up).
+  void closeChannel(std::uint32_t channel);
   // Writes REQUEST(channel, request bytes already encoded).
   void writeEncoded(std::uint32_t channel, std::string_view request);
   // Sends `req` on the client's own channel (opened if needed). An error if
@@ -120,10 +124,12 @@ class RelayBackend final : public Backend, private LinkHandler {
   // kMaxBacklogBytes; completed once it has drained to half.
   std::vector<ConnId> stalled_;
   std::unique_ptr<Combiner> combiner_;
+  std::unique_ptr<WaitShare> waits_;
   bool closed_ = false;
 
  public:
   static constexpr ConnId kShared = ~ConnId{0};
+  static constexpr ConnId kSharedWait = ~ConnId{1};  // WaitShare's channels
   // Bytes queued for the upstream past which a client that sends another
   // request is held (kPending) until they drain: bounds the relay's memory
   // when clients send faster than the upstream takes.

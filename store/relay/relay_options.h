@@ -35,6 +35,8 @@ struct RelayOptions {
   std::uint64_t max_frame_bytes = 300ull * 1024 * 1024;
   // Combine concurrent ADDs and coalesce identical GET/CHECK/MULTI_GET.
   bool combine = true;
+  // With `combine`: identical WAITs of idle clients share one upstream WAIT.
+  bool share_waits = true;
   // Log sink (loop thread or the starting thread); null: silent.
   std::function<void(RelayLog, std::string_view)> log;
 };
@@ -51,6 +53,8 @@ struct RelayCounters {
   std::atomic<std::uint64_t> coalesced{0};  // reads answered from a shared read
   std::atomic<std::uint64_t> upstream_adds{0};   // combined ADDs sent upstream
   std::atomic<std::uint64_t> upstream_reads{0};  // shared reads sent upstream
+  std::atomic<std::uint64_t> shared_waits{0};    // WAITs taken into a group
+  std::atomic<std::uint64_t> upstream_waits{0};  // shared WAITs sent upstream
   std::atomic<std::uint64_t> reconnects{0};      // upstream connections re-made
   std::atomic<std::uint64_t> losses{0};          // upstream connections lost
   std::atomic<std::uint64_t> refused{0};         // requests refused while down

@@ -348,6 +348,8 @@ ServerCounters Server::counters() const {
     c.relay_upstream_adds = get(rc.upstream_adds);
     c.relay_coalesced = get(rc.coalesced);
     c.relay_upstream_reads = get(rc.upstream_reads);
+    c.relay_shared_waits = get(rc.shared_waits);
+    c.relay_upstream_waits = get(rc.upstream_waits);
     c.relay_losses = get(rc.losses);
     c.relay_reconnects = get(rc.reconnects);
     c.relay_refused = get(rc.refused);
@@ -361,10 +363,12 @@ std::string Server::countersLine() const {
   if (impl_->relay != nullptr) {
     line += fmt::format(
         " relay tunneled={} combined={} (upstream adds={}) coalesced={} "
-        "(upstream reads={}) upstream losses={} reconnects={} refused={}",
+        "(upstream reads={}) shared_waits={} (upstream waits={}) upstream "
+        "losses={} reconnects={} refused={}",
         c.relay_tunneled, c.relay_combined, c.relay_upstream_adds,
-        c.relay_coalesced, c.relay_upstream_reads, c.relay_losses,
-        c.relay_reconnects, c.relay_refused);
+        c.relay_coalesced, c.relay_upstream_reads, c.relay_shared_waits,
+        c.relay_upstream_waits, c.relay_losses, c.relay_reconnects,
+        c.relay_refused);
   }
   return line;
 }

@@ -432,12 +432,28 @@ TEST_CASE("relay: upstream killed and restarted mid-job (real processes)") {
       std::async(std::launch::async, [&] { return b.wait({"job/never"}); });
   REQUIRE(upstream.waitStderr(" wait=1 ", Clock::now() + scaled(10s),
                               [&] { upstream.signal(SIGUSR1); }));
+  // Two more ranks wait for the same key (a shared WAIT's late joiners:
+  // held at the relay, nothing sent upstream for them yet).
+  std::vector<tcpstore::test::RawConn> joiners;
+  for (int i = 0; i < 2; ++i) {
+    joiners.push_back(tcpstore::test::RawConn::connect(relay_port));
+    REQUIRE(joiners.back().handshake());
+    REQUIRE(joiners.back().send(
+        tcpstore::test::keysMsg(tcpstore::test::v2::kWait, {"/job/never"})));
+  }
+  REQUIRE(relay.waitStderr("shared_waits=3 ", Clock::now() + scaled(10s),
+                           [&] { relay.signal(SIGUSR1); }));
 
   REQUIRE(::kill(upstream.pid(), SIGKILL) == 0);
   (void)upstream.wait(Clock::now() + scaled(5s));
   // The waiter gets a clean error (its connection closed), never a hang.
   REQUIRE(waiter.wait_for(scaled(10s)) == std::future_status::ready);
   CHECK_FALSE(waiter.get().isOk());
+  for (auto& j : joiners) {
+    std::string got;
+    CHECK(j.waitClosed(&got));
+    CHECK(got.empty());
+  }
   // So does a rank that had used the upstream: its connection was closed,
   // and while the upstream is down the relay refuses its requests.
   auto refused = a.add("job/n", 1);
@@ -465,4 +481,224 @@ TEST_CASE("relay: upstream killed and restarted mid-job (real processes)") {
   CHECK(rr.exit_code == 0);
   again.terminate();
   CHECK(again.wait(Clock::now() + scaled(10s)).exit_code == 0);
+}
+
+// ---- shared WAITs (wait_share.h) --------------------------------------------
+
+namespace {
+
+namespace v2w = tcpstore::test::v2;
+using tcpstore::test::byte;
+using tcpstore::test::RawConn;
+using tcpstore::test::str;
+using tcpstore::test::u32le;
+using tcpstore::test::u64le;
+
+std::uint64_t waitsAt(const ScopedServer& s) {
+  return s->counters()
+      .requests[static_cast<int>(tcpstore::protocol::Command::kWait)];
+}
+
+// `n` handshaken raw 2.x connections to `port`.
+std::vector<RawConn> rawConns(std::uint16_t port, int n) {
+  std::vector<RawConn> v;
+  for (int i = 0; i < n; ++i) {
+    v.push_back(RawConn::connect(port));
+    REQUIRE(v.back().handshake());
+  }
+  return v;
+}
+
+// Sets `key` through `setter` and fences with a PING (SET has no reply).
+void setAndFence(RawConn& setter, const std::string& key,
+                 const std::string& value) {
+  REQUIRE(setter.send(byte(v2w::kSet) + str(key) + str(value)));
+  REQUIRE(setter.send(tcpstore::test::pingMsg(7)));
+  REQUIRE(setter.recv(4) == u32le(7));
+}
+
+// Every one of `conns` sent the WAIT and the relay took it (its dispatcher
+// counted it; what the relay does with it happens in that same call).
+void waitAll(std::vector<RawConn>& conns, const ScopedServer& relay,
+             std::initializer_list<std::string_view> keys) {
+  const std::uint64_t before = waitsAt(relay);
+  for (auto& c : conns)
+    REQUIRE(c.send(tcpstore::test::keysMsg(v2w::kWait, keys)));
+  REQUIRE(tcpstore::test::eventually(
+      [&] { return waitsAt(relay) >= before + conns.size(); }, scaled(10s)));
+}
+
+}  // namespace
+
+TEST_CASE("relay: identical WAITs share one upstream WAIT") {
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  constexpr int kWaiters = 8;
+  std::vector<RawConn> w = rawConns(p.relay->port(), kWaiters);
+  const std::uint64_t up_before = waitsAt(p.upstream);
+  waitAll(w, p.relay, {"/sa", "/sb"});
+  CHECK(waitsAt(p.relay) >= kWaiters);
+  // One key of two, then the other: all are released, once each.
+  setAndFence(setter, "/sa", "va");
+  setAndFence(setter, "/sb", "vb");
+  for (int i = 0; i < kWaiters; ++i) {
+    CAPTURE(i);
+    CHECK(w[i].recv(1) == std::string(1, '\0'));
+    // Its later requests are answered in order (no second STOP_WAITING).
+    REQUIRE(w[i].send(byte(v2w::kGet) + str("/sa")));
+    CHECK(w[i].recv(8 + 2) == str("va"));
+  }
+  // One WAIT upstream, plus at most one for waiters that arrived after it
+  // was sent (they never join a WAIT already in flight).
+  const std::uint64_t up = waitsAt(p.upstream) - up_before;
+  const auto rc = p.relay->counters();
+  MESSAGE(kWaiters << " WAITs at the relay, " << up << " upstream");
+  CHECK(up >= 1);
+  CHECK(up <= 2);
+  CHECK(rc.relay_upstream_waits == up);
+  CHECK(rc.relay_shared_waits == kWaiters);
+}
+
+TEST_CASE(
+    "relay: a shared WAIT's caller cancels or disconnects, the others are "
+    "released") {
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  std::vector<RawConn> w = rawConns(p.relay->port(), 4);
+  waitAll(w, p.relay, {"/sc"});
+  // w[0] times out: CANCEL_WAIT while the key is missing answers 01, as a
+  // server does, and the connection stays usable.
+  REQUIRE(w[0].send(byte(v2w::kCancelWait)));
+  CHECK(w[0].recv(1) == std::string(1, '\x01'));
+  REQUIRE(w[0].send(tcpstore::test::pingMsg(9)));
+  CHECK(w[0].recv(4) == u32le(9));
+  // w[1] goes away.
+  w[1].close();
+  setAndFence(setter, "/sc", "vc");
+  for (int i = 2; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(w[i].recv(1) == std::string(1, '\0'));
+  }
+  // A cancel after the release: the client reads 00 then 01 (00 above).
+  REQUIRE(w[2].send(byte(v2w::kCancelWait)));
+  CHECK(w[2].recv(1) == std::string(1, '\x01'));
+  // A WAIT of a key that exists, cancelled at once (a timeout of 0): a
+  // server answers the WAIT first, so the client reads 00 01, never 01
+  // alone (the relay must not answer the cancel itself).
+  std::vector<RawConn> quick = rawConns(p.relay->port(), 3);
+  for (auto& q : quick) {
+    REQUIRE(q.send(tcpstore::test::keysMsg(v2w::kWait, {"/sc"}) +
+                   byte(v2w::kCancelWait)));
+  }
+  for (auto& q : quick) CHECK(q.recv(2) == std::string("\0\x01", 2));
+  // The cancelled caller got nothing more: its next reply comes first.
+  REQUIRE(w[0].send(byte(v2w::kGet) + str("/sc")));
+  CHECK(w[0].recv(8 + 2) == str("vc"));
+  REQUIRE(w[3].send(byte(v2w::kGet) + str("/sc")));
+  CHECK(w[3].recv(8 + 2) == str("vc"));
+}
+
+TEST_CASE(
+    "relay: every caller of a shared WAIT cancels: the upstream WAIT is "
+    "dropped, a later WAIT of the same keys still works") {
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  std::vector<RawConn> w = rawConns(p.relay->port(), 3);
+  waitAll(w, p.relay, {"/sd"});
+  REQUIRE(tcpstore::test::eventually(
+      [&] { return p.relay->counters().relay_upstream_waits >= 1; },
+      scaled(10s)));
+  for (auto& c : w) {
+    REQUIRE(c.send(byte(v2w::kCancelWait)));
+    CHECK(c.recv(1) == std::string(1, '\x01'));
+  }
+  // The shared WAIT's channel is closed upstream (the server forgets the
+  // wait); each cancel went upstream on its client's own channel.
+  REQUIRE(tcpstore::test::eventually(
+      [&] { return p.upstream->counters().mux_channels_closed >= 1; },
+      scaled(10s)));
+  std::vector<RawConn> again = rawConns(p.relay->port(), 2);
+  waitAll(again, p.relay, {"/sd"});
+  setAndFence(setter, "/sd", "vd");
+  for (auto& c : again) CHECK(c.recv(1) == std::string(1, '\0'));
+  for (auto& c : w) {
+    REQUIRE(c.send(tcpstore::test::pingMsg(3)));
+    CHECK(c.recv(4) == u32le(3));
+  }
+}
+
+TEST_CASE("relay: a shared WAIT's caller sends another request meanwhile") {
+  // The WAIT moves to the client's own channel, ahead of the request: the
+  // client still gets its STOP_WAITING, once, and its reply.
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  std::vector<RawConn> w = rawConns(p.relay->port(), 3);
+  waitAll(w, p.relay, {"/se"});
+  REQUIRE(w[0].send(byte(v2w::kSet) + str("/other") + str("x")));
+  setAndFence(setter, "/se", "ve");
+  for (auto& c : w) CHECK(c.recv(1) == std::string(1, '\0'));
+  REQUIRE(w[0].send(byte(v2w::kGet) + str("/other")));
+  CHECK(w[0].recv(8 + 1) == str("x"));
+}
+
+TEST_CASE("relay: shared WAITs through two stacked relays stay exact") {
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  ScopedServer front = ScopedServer::start(r);
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  const std::uint64_t up_before = waitsAt(p.upstream);
+  std::vector<RawConn> w = rawConns(front->port(), 6);
+  waitAll(w, front, {"/sf", "/sg"});
+  REQUIRE(w[0].send(byte(v2w::kCancelWait)));
+  CHECK(w[0].recv(1) == std::string(1, '\x01'));
+  setAndFence(setter, "/sf", "1");
+  setAndFence(setter, "/sg", "2");
+  for (int i = 1; i < 6; ++i) {
+    CAPTURE(i);
+    CHECK(w[i].recv(1) == std::string(1, '\0'));
+    REQUIRE(w[i].send(byte(v2w::kGet) + str("/sg")));
+    CHECK(w[i].recv(8 + 1) == str("2"));
+  }
+  REQUIRE(w[0].send(byte(v2w::kGet) + str("/sf")));
+  CHECK(w[0].recv(8 + 1) == str("1"));
+  const std::uint64_t up = waitsAt(p.upstream) - up_before;
+  MESSAGE("6 WAITs at the front relay, " << up << " at the upstream");
+  // 1-2 for the group (late joiners wait for the next send), 1 for the
+  // cancelled caller (its WAIT goes upstream with its CANCEL_WAIT).
+  CHECK(up <= 3);
+}
+
+TEST_CASE(
+    "relay: 1.13 and 2.x WAITs of the same keys share one upstream WAIT") {
+  Pair p = startPair();
+  RawConn setter = RawConn::connect(p.upstream->port());
+  REQUIRE(setter.handshake());
+  std::vector<RawConn> w = rawConns(p.relay->port(), 2);  // 2.x
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(RawConn::connect(p.relay->port()));  // 1.13: no handshake
+    REQUIRE(w.back().ok());
+  }
+  const std::uint64_t up_before = waitsAt(p.upstream);
+  const std::uint64_t relay_before = waitsAt(p.relay);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const std::uint8_t code = i < 2 ? v2w::kWait : tcpstore::test::v113::kWait;
+    REQUIRE(w[i].send(tcpstore::test::keysMsg(code, {"/sh"})));
+  }
+  REQUIRE(tcpstore::test::eventually(
+      [&] { return waitsAt(p.relay) >= relay_before + w.size(); },
+      scaled(10s)));
+  setAndFence(setter, "/sh", "v");
+  for (auto& c : w) CHECK(c.recv(1) == std::string(1, '\0'));
+  const std::uint64_t up = waitsAt(p.upstream) - up_before;
+  MESSAGE("5 WAITs (2 of 2.x, 3 of 1.13) at the relay, " << up << " upstream");
+  CHECK(up <= 2);
 }
