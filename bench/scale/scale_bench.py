@@ -474,6 +474,9 @@ def main():
     ap.add_argument("--server-args", default="", help="extra tcpstore-server flags (the central "
                     "server), e.g. '--max-memory-bytes 17179869184'")
     ap.add_argument("--relay-args", default="", help="extra flags of every relay")
+    ap.add_argument("--allow-retried-connects", action="store_true",
+                    help="exit 0 even if some connects failed and were retried (every rank "
+                         "still finished, no bad reply): the smoke test on a loaded CI machine")
     ap.add_argument("--keep-logs", action="store_true",
                     help="keep every process's stderr under <out>/logs/")
     ap.add_argument("--quick", action="store_true", help="1K and 2K ranks, 1 rep, 512/relay")
@@ -521,7 +524,10 @@ def main():
     plotted = plot(a, runs, stem + ".png")
     print(md)
     print(f"wrote {stem}.json, {stem}.md" + (f", {stem}.png" if plotted else ""))
-    return 0 if all(r["finished"] and r["conn_errors"] == 0 for r in runs) else 1
+    def clean(r):
+        return (r["finished"] and r["bad_replies"] == 0 and r["ranks_failed"] == 0 and
+                (a.allow_retried_connects or r["conn_errors"] == 0))
+    return 0 if all(clean(r) for r in runs) else 1
 
 
 if __name__ == "__main__":
