@@ -40,7 +40,7 @@ Phase& Abuse::begin(std::string name, std::string what) {
   if (!ctl_.fence(within(30 * kSec))) {
     ++run_.control_failures;
     if (!c_.quiet) fmt::print(stderr, "abuse: the control connection failed\n");
-    ctl_ = RawSock::connect(c_.addr, within(10 * kSec), true);
+    ctl_ = RawSock::connect(c_.addr(), within(10 * kSec), true);
   }
   run_.phases.emplace_back();
   Phase& p = run_.phases.back();
@@ -131,9 +131,9 @@ void Abuse::baseline() {
 
 int Abuse::run() {
   deadline_ = nowNs() + static_cast<std::int64_t>(c_.timeout_s * 1e9);
-  ctl_ = RawSock::connect(c_.addr, within(10 * kSec), true);
+  ctl_ = RawSock::connect(c_.addr(), within(10 * kSec), true);
   if (!ctl_.ok()) {
-    fmt::print(stderr, "abuse: cannot connect to {}\n", c_.addr.text);
+    fmt::print(stderr, "abuse: cannot connect to {}\n", c_.addr().text);
     return 1;
   }
   std::string err;

@@ -55,7 +55,7 @@ void Abuse::partial() {
                                    static_cast<double>(full.size()) / kMiB));
   std::vector<RawSock> socks;
   for (int i = 0; i < conns && !timedOut(); ++i) {
-    socks.push_back(RawSock::connect(c_.addr, within(10 * kSec), true));
+    socks.push_back(RawSock::connect(c_.addr(), within(10 * kSec), true));
   }
   p.conns = static_cast<int>(socks.size());
   std::vector<std::size_t> sent(socks.size(), 0);
@@ -128,7 +128,7 @@ void Abuse::nonreaders() {
   for (int i = 0; i < kGets; ++i) encode2(req::get(big_key), gets);
   std::vector<RawSock> socks;
   for (int i = 0; i < clients && !timedOut(); ++i) {
-    RawSock s = RawSock::connect(c_.addr, within(10 * kSec), true, 16 * 1024);
+    RawSock s = RawSock::connect(c_.addr(), within(10 * kSec), true, 16 * 1024);
     if (s.ok() && !s.sendAll(gets, within(10 * kSec))) s.close();
     socks.push_back(std::move(s));
   }
@@ -208,7 +208,7 @@ void Abuse::waits() {
     m.clear();
     encode2(req::wait(keys), m);
     request_mib = static_cast<double>(m.size()) / kMiB;
-    RawSock s = RawSock::connect(c_.addr, within(10 * kSec), true);
+    RawSock s = RawSock::connect(c_.addr(), within(10 * kSec), true);
     // The PING after the WAIT answers once the WAIT is registered; a WAIT
     // the server refuses closes the connection instead.
     if (s.ok() && s.sendAll(m, within(60 * kSec)) &&
@@ -259,7 +259,7 @@ void Abuse::collide() {
                   "(and WAITs on {}), 3 rounds",
                   n, n, nwait));
   std::vector<double> set_crafted, set_random, wait_crafted, wait_random;
-  RawSock s = RawSock::connect(c_.addr, within(10 * kSec), true);
+  RawSock s = RawSock::connect(c_.addr(), within(10 * kSec), true);
   p.conns = 1;
   std::string m;
   for (int round = 0; round < 3 && s.ok() && !timedOut(); ++round) {
@@ -288,7 +288,7 @@ void Abuse::collide() {
                      : randomKeys(static_cast<std::size_t>(nwait), wprefix);
       m.clear();
       encode2(req::wait(keys), m);
-      RawSock w = RawSock::connect(c_.addr, within(10 * kSec), true);
+      RawSock w = RawSock::connect(c_.addr(), within(10 * kSec), true);
       ++p.conns;
       t0 = nowNs();
       if (!w.sendAll(m, within(120 * kSec)) || !w.fence(within(120 * kSec))) {
@@ -332,7 +332,7 @@ void Abuse::owed() {
   std::int64_t next[2] = {1, 1};
   for (int i = 0; i < reps && !timedOut(); ++i) {
     const int v = i % 2;
-    RawSock s = RawSock::connect(c_.addr, within(10 * kSec), true);
+    RawSock s = RawSock::connect(c_.addr(), within(10 * kSec), true);
     if (!s.ok()) {
       ++missing;
       continue;
@@ -370,7 +370,7 @@ void Abuse::hog() {
                                "until refused (at most {})",
                                o_.hog_values));
   const std::string value(vbytes, 'h');
-  RawSock s = RawSock::connect(c_.addr, within(10 * kSec), true);
+  RawSock s = RawSock::connect(c_.addr(), within(10 * kSec), true);
   p.conns = 1;
   std::vector<std::string> stored;
   bool refused = false;

@@ -24,11 +24,11 @@ class Abuse {
       : c_(common),
         o_(opt),
         sampler_(common.server_pid),
-        probe_(common.addr, common.key_prefix, opt.probe_ms, 10) {
+        probe_(common.addr(), common.key_prefix, opt.probe_ms, 10) {
     hold_ns_ = static_cast<std::int64_t>(
         (o_.hold_s >= 0 ? o_.hold_s : std::max(0.3, 3 * o_.scale)) * 1e9);
     settle_ns_ = static_cast<std::int64_t>(o_.settle_s * 1e9);
-    run_.addr = c_.addr.text;
+    run_.addr = c_.addr().text;
     run_.scale = o_.scale;
   }
   int run();

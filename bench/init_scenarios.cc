@@ -159,10 +159,7 @@ void Init::sendTrip(std::size_t i, std::uint32_t reply_bytes) {
 void Init::connect(std::size_t i) {
   Rank& r = ranks_[i];
   r.phase = Phase::kConnect;
-  r.conn = loop_.connect(common_.addrs.empty()
-                             ? common_.addr
-                             : common_.addrs[i % common_.addrs.size()],
-                         this, i);
+  r.conn = loop_.connect(common_.addrOf(i), this, i);
   if (r.conn == nullptr) retry(i);
 }
 
@@ -434,7 +431,7 @@ int Init::run() {
   InitReport rep;
   rep.name = scenarioName(opt_.scenario);
   rep.dialect = protocol::dialectName(dialect());
-  rep.addr = common_.addr.text;
+  rep.addr = common_.addr().text;
   rep.echo_floor = opt_.echo_floor;
   rep.ranks = n_;
   rep.finished = finished;
@@ -481,13 +478,12 @@ bool parseInitScenario(std::string_view mode, InitScenario& out) {
 int runInit(const CommonOptions& common, const InitOptions& opt) {
   if (!opt.echo_floor) return std::make_unique<Init>(common, opt)->run();
   CommonOptions c = common;
-  const int pid = startSizedEchoServer(c.addr);
+  const int pid = startSizedEchoServer(c.onlyAddr());
   if (pid <= 0) {
     fmt::print(stderr, "echo floor: cannot start the floor server\n");
     return 1;
   }
   c.server_pid = pid;
-  c.addrs.assign(1, c.addr);  // every rank to the floor server
   int rc = std::make_unique<Init>(c, opt)->run();
   stopChild(pid);
   return rc;

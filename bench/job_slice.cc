@@ -122,7 +122,7 @@ void JobSlice::send(std::size_t i, std::uint32_t reply_bytes) {
 void JobSlice::connect(std::size_t i) {
   Rank& r = ranks_[i];
   r.trip = Trip::kHandshake;
-  r.conn = loop_.connect(common_.addrs[i % common_.addrs.size()], this, i);
+  r.conn = loop_.connect(common_.addrOf(i), this, i);
   if (r.conn == nullptr) retry(i);
 }
 

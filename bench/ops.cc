@@ -154,7 +154,7 @@ class Base : public ConnHandler {
                  std::int64_t deadline) {
     std::size_t target = ready_ + static_cast<std::size_t>(n);
     for (int i = 0; i < n; ++i) {
-      Conn* c = loop_.connect(common_.addr, this,
+      Conn* c = loop_.connect(common_.addr(), this,
                               user_base + static_cast<std::uint64_t>(i));
       if (!c) {
         ++lost_;
@@ -368,7 +368,7 @@ int Ops::run(int echo_pid) {
   if (!common_.json_path.empty()) {
     JsonObject j;
     j.str("mode", echo_ ? "echo" : "ops")
-        .str("addr", common_.addr.text)
+        .str("addr", common_.addr().text)
         .str("dialect", dialect)
         .str("op", opt_.op)
         .integer("clients", static_cast<std::int64_t>(clients_.size()))
@@ -484,7 +484,7 @@ int Memory::run() {
   if (!common_.json_path.empty()) {
     JsonObject j;
     j.str("mode", "memory")
-        .str("addr", common_.addr.text)
+        .str("addr", common_.addr().text)
         .str("dialect", protocol::dialectName(common_.dialect))
         .integer("keys", added)
         .integer("key_bytes", opt_.key_bytes)
@@ -520,13 +520,12 @@ int runOps(const CommonOptions& common, const OpsOptions& opt) {
   CommonOptions c = common;
   int echo_pid = 0;
   if (opt.op == "echo") {
-    echo_pid = startEchoServer(c.addr);
+    echo_pid = startEchoServer(c.onlyAddr());
     if (echo_pid <= 0) {
       fmt::print(stderr, "echo: cannot start the echo server: {}\n",
                  std::strerror(errno));
       return 1;
     }
-    c.addrs.assign(1, c.addr);
     c.dialect =
         Dialect::kV113;  // no handshake: the echo server only reflects bytes
   }

@@ -109,8 +109,7 @@ class Rendezvous final : public ConnHandler, public TimerHandler {
   }
   // Rank i's server: the addresses given, round-robin.
   const Endpoint& addrOf(std::size_t i) const noexcept {
-    return common_.addrs.empty() ? common_.addr
-                                 : common_.addrs[i % common_.addrs.size()];
+    return common_.addrOf(i);
   }
   void connectMain(std::size_t i);
   void connectSecond(std::size_t i);
@@ -544,7 +543,7 @@ int Rendezvous::run() {
   if (!common_.json_path.empty()) {
     JsonObject j;
     j.str("mode", "rendezvous")
-        .str("addr", common_.addr.text)
+        .str("addr", common_.addr().text)
         .str("dialect", dialect)
         .integer("ranks", static_cast<std::int64_t>(ranks_.size()))
         .integer("conns_per_rank", conns_per_rank_)
@@ -596,13 +595,12 @@ int runRendezvous(const CommonOptions& common, const RendezvousOptions& opt) {
     return r->run();
   }
   CommonOptions c = common;
-  int pid = startEchoServer(c.addr);
+  int pid = startEchoServer(c.onlyAddr());
   if (pid <= 0) {
     fmt::print(stderr, "echo floor: cannot start the echo server\n");
     return 1;
   }
   c.server_pid = pid;
-  c.addrs.assign(1, c.addr);  // every rank to the floor server
   int rc = 0;
   {
     auto r = std::make_unique<Rendezvous>(c, opt);

@@ -14,11 +14,21 @@ namespace tcpstore::bench {
 enum class BarrierKind { kV113, kV2, kServer };
 
 struct CommonOptions {
-  Endpoint addr;  // the first of `addrs`
-  // Every server address given (--addr H:P[,H:P...]): rendezvous spreads its
-  // ranks over them round-robin (several gateways serving one job); the
-  // other modes use the first.
+  // Every server address given (--addr H:P[,H:P...]; never empty: the
+  // default is one): rendezvous, init and init-job spread their ranks over
+  // them round-robin (several gateways or relays serving one job); the other
+  // modes use the first.
   std::vector<Endpoint> addrs;
+  const Endpoint& addr() const noexcept { return addrs.front(); }
+  // The address of rank (or connection) i.
+  const Endpoint& addrOf(std::size_t i) const noexcept {
+    return addrs[i % addrs.size()];
+  }
+  // A floor server replaces every address: returns the one it will fill.
+  Endpoint& onlyAddr() {
+    addrs.resize(1);
+    return addrs.front();
+  }
   protocol::Dialect dialect = protocol::Dialect::kV2;
   double timeout_s = 60;
   int server_pid = 0;

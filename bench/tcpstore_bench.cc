@@ -269,7 +269,6 @@ int main(int argc, char** argv) {
     common.addrs.push_back(ep);
     from = comma + 1;
   }
-  common.addr = common.addrs.front();
   if (!rdv.barrier_set) {
     rdv.barrier = common.dialect == tcpstore::protocol::Dialect::kV113
                       ? BarrierKind::kV113
