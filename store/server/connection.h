@@ -1,7 +1,7 @@
 // Connection: one client's socket, its input buffer and request stream, and
 // its outbox (connections.h holds them all and what they share).
 //
-// Data path of a connection: libuv reads into the loop-wide scratch buffer
+// Data path of a connection: read(2) fills the loop-wide scratch buffer
 // (or, mid-way through a message too large for it, into the connection's
 // InputBuffer), the RequestStream decodes whole requests, each goes to the
 // RequestHandler (the dispatcher), whose replies come back through send()
