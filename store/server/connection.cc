@@ -79,8 +79,8 @@ BusyState& Connection::busy() {
 
 void Connection::settle() noexcept {
   BusyState* b = busy_;
-  if (b == nullptr || closing_ || draining_ || listed_ || paused_ || yielded_ ||
-      eof_ || failed_ || input_paused_ || input_yielded_ || b->mux != nullptr ||
+  if (b == nullptr || closing_ || draining_ || paused_ || yielded_ || eof_ ||
+      failed_ || input_paused_ || input_yielded_ || b->mux != nullptr ||
       !b->in.empty() || b->outbox.size() != 0 || b->outbox.writing()) {
     return;
   }
@@ -216,6 +216,13 @@ void Connection::handleReadable() {
     handleRead(buf, static_cast<std::size_t>(r));
     if (closing_) return;
     if (static_cast<std::size_t>(r) < len) break;  // drained, most likely
+  }
+  // The replies to this read batch leave now, in one write (as they would
+  // in the check phase): the connection is idle again at once, so a burst
+  // of handshakes holds one busy state at a time, not one per connection.
+  if (busy_ != nullptr && busy_->outbox.hasPending()) {
+    flush();  // settles
+    return;
   }
   settle();
 }

@@ -5,7 +5,8 @@
 // (or, mid-way through a message too large for it, into the connection's
 // InputBuffer), the RequestStream decodes whole requests, each goes to the
 // RequestHandler (the dispatcher), whose replies come back through send()
-// into the Outbox, flushed once per loop turn.
+// into the Outbox, written at the end of the read batch (replies to other
+// connections' requests: once per loop turn, in the check phase).
 //
 // A connection whose first bytes are the mux preamble (protocol/mux.h) is a
 // relay's: it carries frames, and its MuxSession (mux_session.h) serves each

@@ -1,9 +1,10 @@
 // Outbox: one connection's unsent replies, and FlushList: the connections
 // whose outbox got bytes during this loop turn.
 //
-// Replies are appended during a read batch and written once per loop turn
-// (the server's uv_check runs the FlushList), so a pipelined batch leaves in
-// one sendmsg(2). What the kernel does not take waits in `inflight` (the
+// Replies are appended during a read batch and written at its end (those
+// queued outside a read batch: once per loop turn, when the server's
+// uv_check runs the FlushList), so a pipelined batch leaves in one
+// sendmsg(2). What the kernel does not take waits in `inflight` (the
 // connection then polls for writability and calls writeMore()); bytes
 // appended meanwhile wait in `pending`. No libuv write request: the socket
 // is written directly (non-blocking, MSG_NOSIGNAL).
