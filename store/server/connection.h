@@ -143,6 +143,9 @@ class Connection final : public Endpoint {
   friend class Channel;
   Connection(Connections& set, ConnId id);
 
+  // A pending connection stops reading once it buffers this much.
+  static constexpr std::size_t kPendingInputBytes = 64 * 1024;
+
   static void onPoll(uv_poll_t* h, int status, int events) noexcept;
   static void onClosed(uv_handle_t* h) noexcept;
 
