@@ -12,7 +12,8 @@
 //    receiver if it is behind (would hold over kBehindBytes unsent). An idle
 //    waiter always gets its byte.
 //  - A paused connection whose output takes no byte for `stall_ms` is
-//    dropped (0: never). Progress is seen as the libuv write queue shrinking.
+//    dropped (0: never). Progress is seen as the bytes the kernel has not
+//    taken yet (the connection waits for writability) shrinking.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,8 @@ bool dropUnrequestedPush(const OutputLimits& l, std::uint64_t total,
 enum class CapAction { kNone, kPause, kDrop };
 
 // What to do with a connection holding `out` unsent bytes (`writing`: a
-// uv_write is pending, the kernel took all it would; `paused`: already).
+// write waits for writability, the kernel took all it would; `paused`:
+// already).
 CapAction judgeOutput(const OutputLimits& l, std::size_t out, bool writing,
                       bool paused) noexcept;
 
@@ -63,7 +65,8 @@ class StallClock {
   }
   // Bytes were handed to the kernel at `now`.
   void progressed(std::uint64_t now) noexcept { progress_ms_ = now; }
-  // A periodic check at `now` seeing `queued` bytes in the write queue.
+  // A periodic check at `now` seeing `queued` bytes the kernel has not
+  // taken yet.
   // Returns true once no progress was seen for `stall_ms` (> 0).
   bool stalled(std::uint64_t now, std::size_t queued,
                std::uint64_t stall_ms) noexcept;

@@ -1,8 +1,8 @@
+// Connection: its busy state, decoding, resuming and closing (the socket
+// side is connection_poll.cc, the output side connection_output.cc).
 #include "store/server/connection.h"
 
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include "store/server/connections.h"
@@ -14,161 +14,117 @@ namespace tcpstore::server {
 using protocol::DecodeResult;
 using protocol::Dialect;
 
-namespace {
-// A connection reading in place gets at least this much free tail.
-constexpr std::size_t kMinFreeTail = 64 * 1024;
-// A pending connection stops reading once it buffers this much.
-constexpr std::size_t kPendingInputBytes = 64 * 1024;
-// Largest read into a connection's own buffer: libuv reads up to 32 times
-// per readable event, and every fresh page read into is a page fault.
-constexpr std::size_t kMaxReadBytes = 1024 * 1024;
-}  // namespace
+BusyState::BusyState(const protocol::Limits& limits) : stream(limits) {}
+BusyState::~BusyState() = default;
 
-// ---- Connection: read and decode -------------------------------------------
+// ---- Connection: state -----------------------------------------------------
 
-Connection::Connection(Connections& set, ConnId id)
-    : Endpoint(id), set_(set), stream_(set.limits_) {}
+Connection::Connection(Connections& set, ConnId id) : Endpoint(id), set_(set) {}
 
-Connection::~Connection() = default;
+Connection::~Connection() { delete busy_; }
 
 std::string Connection::peerName() const {
-  return formatSockaddr(reinterpret_cast<const sockaddr*>(&peer_));
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  const int f = fd();
+  if (f < 0 || ::getpeername(f, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return "?";
+  return formatSockaddr(reinterpret_cast<const sockaddr*>(&ss));
 }
 
 std::string_view Connection::dialectName() const noexcept {
-  if (mux_) return "mux";
-  auto d = stream_.dialect();
+  if (mux() != nullptr) return "mux";
+  std::optional<Dialect> d;
+  if (busy_ != nullptr) {
+    d = busy_->stream.dialect();
+  } else if (dialect_ != 0) {
+    d = static_cast<Dialect>(dialect_ - 1);
+  }
   return d ? protocol::dialectName(*d) : std::string_view("undecided");
 }
 
-void Connection::onAlloc(uv_handle_t* h, std::size_t, uv_buf_t* buf) noexcept {
-  auto* c = static_cast<Connection*>(h->data);
-  // The rest of the current message fits the scratch buffer: read there (no
-  // per-connection memory for the common small request). Otherwise read in
-  // place into the connection's own buffer. A large partial request reads in
-  // place at its field boundaries too (between two MULTI_SET values the next
-  // field is small): appending a scratch read would grow its buffer past
-  // the budget check below.
-  const bool large = !c->in_.empty() && c->in_.freeTail() < kMinFreeTail &&
-                     c->partialBytes() > kLargeRequestBytes;
-  if (!large && c->need_ <= c->in_.size() + Connections::kScratchBytes) {
-    *buf = uv_buf_init(c->set_.scratch_.get(),
-                       static_cast<unsigned>(Connections::kScratchBytes));
-    return;
-  }
-  // The turn's reads of large requests are spent: read again next turn.
-  if (c->set_.turn_input_ >= Connections::kTurnInputBytes) {
-    c->input_yielded_ = true;  // read_cb gets UV_ENOBUFS and stops reading
-    *buf = uv_buf_init(nullptr, 0);
-    return;
-  }
-  // Growing (about doubling) a large partial request's buffer must fit the
-  // memory budget; otherwise the connection waits until memory is freed.
-  if (c->in_.freeTail() < kMinFreeTail &&
-      c->set_.budget_.pauseInput(c->set_.memoryUse(), c->partialBytes(),
-                                 c->inputGrowth())) {
-    c->input_paused_ = true;  // read_cb gets UV_ENOBUFS and stops reading
-    *buf = uv_buf_init(nullptr, 0);
-    return;
-  }
-  try {
-    char* tail = c->in_.reserveTail(kMinFreeTail);
-    c->noteInput();
-    std::size_t n = std::min(c->in_.freeTail(), kMaxReadBytes);
-    *buf = uv_buf_init(tail, static_cast<unsigned>(n));
-  } catch (...) {
-    *buf = uv_buf_init(nullptr, 0);  // read_cb gets UV_ENOBUFS
-  }
+int Connection::fd() const noexcept {
+  uv_os_fd_t f = -1;
+  if (uv_fileno(reinterpret_cast<const uv_handle_t*>(&poll_), &f) != 0)
+    return -1;
+  return f;
 }
 
-void Connection::onRead(uv_stream_t* s, ssize_t nread,
-                        const uv_buf_t* buf) noexcept {
-  auto* c = static_cast<Connection*>(s->data);
-  try {
-    c->handleRead(nread, buf);
-  } catch (...) {
-    c->reject(c->set_.ctr_.rejected_limit,
-              "out of memory while serving the connection");
+BusyState& Connection::busy() {
+  if (busy_ != nullptr) return *busy_;
+  BusyState* b = set_.takeBusy();
+  if (dialect_ != 0) {
+    b->stream = protocol::RequestStream(
+        set_.limits_, static_cast<Dialect>(dialect_ - 1), validated_);
+  } else {
+    b->stream = protocol::RequestStream(set_.limits_);
   }
+  b->last_read_ms = set_.now();
+  busy_ = b;
+  return *b;
 }
 
-void Connection::handleRead(ssize_t nread, const uv_buf_t* buf) {
-  if (closing_) return;
-  if (nread < 0) {
-    if (nread == UV_EOF) {
-      handleEof();
-    } else if (nread == UV_ENOBUFS && input_yielded_) {
-      updateReading();
-      try {
-        set_.yielded_ids_.push_back(id_);
-        set_.continueSoon();
-      } catch (...) {
-        input_yielded_ = false;  // cannot list it: let it read
-        updateReading();
-      }
-    } else if (nread == UV_ENOBUFS && input_paused_) {
-      bump(set_.ctr_.budget_input_paused);
-      updateReading();
-      try {
-        set_.input_paused_ids_.push_back(id_);
-        set_.notePausedInput(*this);
-      } catch (...) {
-        input_paused_ = false;  // cannot list it: let it read
-        updateReading();
-      }
-    } else if (nread == UV_ENOBUFS) {
-      reject(set_.ctr_.rejected_limit, "out of memory for the input buffer");
-    } else {
-      set_.log_.log(
-          LogLevel::kDebug,
-          fmt::format("connection {} from {}: read error {}", id_, peerName(),
-                      uv_strerror(static_cast<int>(nread))));
-      close();
-    }
+void Connection::settle() noexcept {
+  BusyState* b = busy_;
+  if (b == nullptr || closing_ || draining_ || paused_ || yielded_ || eof_ ||
+      failed_ || input_paused_ || input_yielded_ || b->mux != nullptr ||
+      !b->in.empty() || b->outbox.size() != 0 || b->outbox.writing()) {
     return;
   }
-  if (nread == 0) return;
-  auto n = static_cast<std::size_t>(nread);
+  if (auto d = b->stream.dialect())
+    dialect_ = static_cast<std::uint8_t>(1 + static_cast<unsigned>(*d)) & 3u;
+  validated_ = b->stream.validated();
+  set_.input_total_ -= b->counted_in;
+  b->counted_in = 0;
+  busy_ = nullptr;
+  set_.giveBusy(b);
+}
+
+// ---- Connection: decode ----------------------------------------------------
+
+void Connection::handleRead(const char* buf, std::size_t n) {
   bump(set_.ctr_.bytes_in, n);
   set_.turn_input_ += n;
-  last_read_ms_ = set_.now();
-  if (buf->base == set_.scratch_.get()) {
-    if (in_.empty()) {
+  busy_->last_read_ms = set_.now();
+  if (buf == set_.scratch_.get()) {
+    if (busy_->in.empty()) {
       // Decode straight from the scratch buffer; keep only the rest.
-      std::size_t used = drain(buf->base, n);
+      std::size_t used = drain(buf, n);
       if (closing_) return;
-      if (used < n) in_.append(buf->base + used, n - used);
+      if (used < n) busy_->in.append(buf + used, n - used);
     } else {
-      in_.append(buf->base, n);
+      busy_->in.append(buf, n);
       drainBuffered();
       if (closing_) return;
     }
   } else {
-    in_.commit(n);
+    busy_->in.commit(n);
     drainBuffered();
     if (closing_) return;
   }
-  in_.trim();
+  busy_->in.trim();
   noteInput();
-  if (pending_ && in_.size() >= kPendingInputBytes) updateReading();
+  if (pending_ && busy_->in.size() >= kPendingInputBytes) updateReading();
 }
 
 void Connection::noteInput() noexcept {
-  set_.input_total_ += in_.capacity();
-  set_.input_total_ -= counted_in_;
-  counted_in_ = in_.capacity();
+  BusyState& b = *busy_;
+  set_.input_total_ += b.in.capacity();
+  set_.input_total_ -= b.counted_in;
+  b.counted_in = b.in.capacity();
 }
 
 // The peer half-closed. Its requests still get their replies; bytes of an
 // unfinished request are a protocol error.
 void Connection::handleEof() {
+  BusyState& b = busy();
   // Judged once the buffered requests are decoded.
   if (pending_ || paused_ || yielded_) {
     eof_ = true;
     updateReading();
     return;
   }
-  DecodeResult r = stream_.finish(std::string_view(in_.data(), in_.size()));
+  DecodeResult r = b.stream.finish(std::string_view(b.in.data(), b.in.size()));
   if (r.failed()) {
     fail(set_.ctr_.rejected_protocol, r.error.message());
     return;
@@ -176,7 +132,7 @@ void Connection::handleEof() {
   set_.log_.log(LogLevel::kDebug, fmt::format("connection {} from {} closed "
                                               "by peer",
                                               id_, peerName()));
-  if (outbox_.size() > 0) {
+  if (b.outbox.size() > 0) {
     close_after_flush_ = true;  // closes once its replies are written
     updateReading();
     return;
@@ -185,50 +141,52 @@ void Connection::handleEof() {
 }
 
 void Connection::drainBuffered() {
-  std::size_t used = drain(in_.data(), in_.size());
-  if (!closing_) in_.consume(used);
+  std::size_t used = drain(busy_->in.data(), busy_->in.size());
+  if (!closing_) busy_->in.consume(used);
 }
 
 std::size_t Connection::drain(const char* data, std::size_t len) {
+  BusyState& b = *busy_;  // kept while draining_ (settle() waits)
   protocol::Request& req = set_.req_;
   std::size_t off = 0;
   draining_ = true;
   struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{draining_};
+    Connection* c;
+    ~Reset() { c->draining_ = false; }
+  } reset{this};
   if (!mux_decided_) {
     switch (detectMuxPreamble(std::string_view(data, len))) {
       case MuxPreamble::kNeedMore:
-        need_ = protocol::mux::kMuxPreamble.size();
+        b.need = protocol::mux::kMuxPreamble.size();
         return 0;
       case MuxPreamble::kNo:
         mux_decided_ = true;
-        need_ = 1;
+        b.need = 1;
         break;
       case MuxPreamble::kYes:
         mux_decided_ = true;
-        mux_ = std::make_unique<MuxSession>(*this);
+        b.mux = std::make_unique<MuxSession>(*this);
         off = protocol::mux::kMuxPreamble.size();
-        need_ = 1;
+        b.need = 1;
         send(protocol::mux::kMuxPreamble, true);
         break;
     }
   }
-  if (mux_) return off + mux_->drain(data + off, len - off);
+  if (b.mux) return off + b.mux->drain(data + off, len - off);
   while (!paused_ && !pending_ && !yielded_ && !closing_ && !failed_ &&
-         len - off >= need_) {
-    DecodeResult r = stream_.next(std::string_view(data + off, len - off), req);
+         len - off >= b.need) {
+    DecodeResult r =
+        b.stream.next(std::string_view(data + off, len - off), req);
     if (!dialect_noted_) noteDialect();
     if (r.kind == DecodeResult::kNeedMore) {
-      need_ = r.need_at_least > 0 ? r.need_at_least : 1;
+      b.need = r.need_at_least > 0 ? r.need_at_least : 1;
       break;
     }
     if (r.kind == DecodeResult::kError) {
       fail(set_.ctr_.forDecodeError(r.error.code), r.error.message());
       return off;
     }
-    need_ = 1;
+    b.need = 1;
     off += r.consumed;
     const std::uint64_t work_before = set_.turn_output_;
     set_.handler_->onRequest(*this, req);
@@ -240,18 +198,19 @@ std::size_t Connection::drain(const char* data, std::size_t len) {
 }
 
 void Connection::noteTurnWork(std::uint64_t bytes) noexcept {
-  if (turn_no_ != set_.turn_no_) {  // the first request of a new turn
-    turn_no_ = set_.turn_no_;
-    turn_bytes_ = 0;
-    turn_requests_ = 0;
+  BusyState& b = *busy_;
+  if (b.turn_no != set_.turn_no_) {  // the first request of a new turn
+    b.turn_no = set_.turn_no_;
+    b.turn_bytes = 0;
+    b.turn_requests = 0;
   }
-  turn_bytes_ += bytes;
-  ++turn_requests_;
+  b.turn_bytes += bytes;
+  ++b.turn_requests;
 }
 
 bool Connection::usedQuantum() const noexcept {
-  return turn_bytes_ >= Connections::kQuantumBytes ||
-         turn_requests_ >= Connections::kQuantumRequests;
+  return busy_->turn_bytes >= Connections::kQuantumBytes ||
+         busy_->turn_requests >= Connections::kQuantumRequests;
 }
 
 void Connection::yield() noexcept {
@@ -268,7 +227,7 @@ void Connection::yield() noexcept {
 }
 
 void Connection::noteDialect() noexcept {
-  auto d = stream_.dialect();
+  auto d = busy_->stream.dialect();
   if (!d) return;
   dialect_noted_ = true;
   bump(*d == Dialect::kV2 ? set_.ctr_.connections_v2
@@ -279,19 +238,19 @@ void Connection::resume() {
   if (closing_ || draining_) return;
   // Paused or pending, the server was not waiting for the peer's bytes: the
   // partial-request clock starts again.
-  last_read_ms_ = set_.now();
+  if (busy_ != nullptr) busy_->last_read_ms = set_.now();
   // A mux connection's channels whose queued requests waited for its output
-  // to drain go first: their requests came before the frames in in_.
-  if (mux_ && !paused_ && !set_.stopping_ && !failed_) {
-    mux_->resumeChannels();
+  // to drain go first: their requests came before the frames in its input.
+  if (mux() != nullptr && !paused_ && !set_.stopping_ && !failed_) {
+    mux()->resumeChannels();
     if (closing_) return;
   }
   // Stopping: requests not yet decoded are not started.
   if (!paused_ && !pending_ && !yielded_ && !set_.stopping_ && !failed_ &&
-      !in_.empty()) {
+      busy_ != nullptr && !busy_->in.empty()) {
     drainBuffered();
     if (closing_) return;
-    in_.trim();
+    busy_->in.trim();
     noteInput();
   }
   if (eof_ && !paused_ && !pending_ && !yielded_ && !set_.stopping_ &&
@@ -301,32 +260,12 @@ void Connection::resume() {
     return;
   }
   if ((set_.stopping_ || close_after_flush_) && !pending_ &&
-      outbox_.size() == 0) {
+      unsentBytes() == 0) {
     close();
     return;
   }
   updateReading();
-}
-
-bool Connection::wantsToRead() const noexcept {
-  return !closing_ && !paused_ && !yielded_ && !input_paused_ &&
-         !input_yielded_ && !eof_ && !close_after_flush_ && !set_.stopping_ &&
-         !(pending_ && in_.size() >= kPendingInputBytes);
-}
-
-void Connection::updateReading() noexcept {
-  const bool want = wantsToRead();
-  if (want == reading_) return;
-  if (want) {
-    if (uv_read_start(stream(), &Connection::onAlloc, &Connection::onRead) !=
-        0) {
-      close();
-      return;
-    }
-  } else {
-    uv_read_stop(stream());
-  }
-  reading_ = want;
+  settle();
 }
 
 // ---- Connection: close -----------------------------------------------------
@@ -355,7 +294,7 @@ void Connection::drop(std::string_view reason) noexcept {
 
 void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   if (closing_ || failed_) return;
-  if (outbox_.size() == 0 || set_.stopping_) {
+  if (unsentBytes() == 0 || set_.stopping_) {
     reject(counter, reason);
     return;
   }
@@ -365,26 +304,33 @@ void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   // flushes the outbox (it is listed) and afterOutputDrained() closes.
   failed_ = true;
   close_after_flush_ = true;
-  failed_ms_ = set_.now();
+  busy_->failed_ms = set_.now();  // it has output, so it is busy
   updateReading();
 }
 
 void Connection::close() noexcept {
   if (closing_) return;
   closing_ = true;
-  set_.input_total_ -= counted_in_;
-  counted_in_ = 0;
-  if (in_.capacity() >= Connections::kDeferFreeBytes) set_.freeLater(in_);
-  if (mux_) mux_->closeAll();
+  if (busy_ != nullptr) {
+    set_.input_total_ -= busy_->counted_in;
+    busy_->counted_in = 0;
+    if (busy_->in.capacity() >= Connections::kDeferFreeBytes)
+      set_.freeLater(busy_->in);
+    if (busy_->mux) busy_->mux->closeAll();
+  }
   set_.closed(*this);  // uncounts the unsent output: before it is taken
-  if (outbox_.size() >= Connections::kDeferFreeBytes) {
+  if (busy_ != nullptr &&
+      busy_->outbox.size() >= Connections::kDeferFreeBytes) {
     try {
-      outbox_.takeChunks(set_.dead_chunks_);
+      busy_->outbox.takeChunks(set_.dead_chunks_);
       set_.continueSoon();
     } catch (...) {  // freed with the connection
     }
   }
-  uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::onClosed);
+  // The socket goes now (its poll handle stops at uv_close).
+  const int f = fd();
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll_), &Connection::onClosed);
+  if (f >= 0) ::close(f);
   if (set_.stopping_ && set_.by_id_.empty() && set_.on_drained_ != nullptr) {
     set_.on_drained_(set_.on_drained_arg_);
   }
@@ -396,8 +342,8 @@ void Connection::onClosed(uv_handle_t* h) noexcept {
 
 void Connection::stopForShutdown() noexcept {
   if (closing_) return;
-  updateReading();  // stops: the set is stopping
-  if (outbox_.size() == 0 && !pending_) {
+  updateReading();  // stops reading: the set is stopping
+  if (unsentBytes() == 0 && !pending_) {
     close();
   } else {
     flush();  // closes the connection once everything is written

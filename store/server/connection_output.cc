@@ -15,22 +15,23 @@ void Connection::send(std::string_view head, std::string_view body,
   const OutputLimits& lim = set_.output_;
   const std::size_t n = head.size() + body.size();
   if (!requested &&
-      dropUnrequestedPush(lim, set_.total_output_, outbox_.size(), n)) {
+      dropUnrequestedPush(lim, set_.total_output_, unsentBytes(), n)) {
     reject(set_.ctr_.rejected_slow_reader,
            fmt::format("{} unsent bytes while the server's unsent output is "
                        "past its budget of {} bytes",
-                       outbox_.size() + n, lim.total_budget));
+                       unsentBytes() + n, lim.total_budget));
     return;
   }
-  outbox_.append(head);
-  if (!body.empty()) outbox_.append(body);
+  Outbox& out = busy().outbox;
+  out.append(head);
+  if (!body.empty()) out.append(body);
   queued(n);
 }
 
 void Connection::sendOwned(std::string bytes) {
   if (closing_) return;
   const std::size_t n = bytes.size();
-  outbox_.append(std::move(bytes));
+  busy().outbox.append(std::move(bytes));
   queued(n);
 }
 
@@ -43,25 +44,26 @@ void Connection::queued(std::size_t n) {
 
 void Connection::checkOutput() {
   const OutputLimits& lim = set_.output_;
+  BusyState& b = *busy_;
   CapAction action =
-      judgeOutput(lim, outbox_.size(), outbox_.writing(), paused_);
+      judgeOutput(lim, b.outbox.size(), b.outbox.writing(), paused_);
   // A relay's connection carries many clients' replies: a full kernel buffer
   // is not a reason to drop them all. It is paused (flow control); the stall
   // timer and the memory budget still drop a relay that stopped reading.
-  if (mux_ && action == CapAction::kDrop)
+  if (b.mux && action == CapAction::kDrop)
     action = paused_ ? CapAction::kNone : CapAction::kPause;
   switch (action) {
     case CapAction::kDrop:
       reject(set_.ctr_.rejected_slow_reader,
              fmt::format("slow reader: {} bytes of replies not taken (limit "
                          "{})",
-                         outbox_.size(), 2 * lim.cap));
+                         b.outbox.size(), 2 * lim.cap));
       return;
     case CapAction::kPause:
       paused_ = true;
       updateReading();
       if (lim.stall_ms > 0 && !set_.stopping_) {
-        stall_.start(set_.now());
+        b.stall.start(set_.now());
         set_.paused(*this);
       }
       return;
@@ -70,21 +72,28 @@ void Connection::checkOutput() {
   }
 }
 
-void Connection::flush() noexcept {
-  if (closing_) return;
+bool Connection::noteWritten(const Outbox::Flushed& f) noexcept {
+  bump(set_.ctr_.bytes_out, f.written);
+  if (f.written > 0) busy_->stall.progressed(set_.now());
+  set_.total_output_ -= f.written;
+  if (f.error == 0) return true;
   try {
-    Outbox::Flushed f = outbox_.flush(stream(), this, &Connection::onWrite);
-    bump(set_.ctr_.bytes_out, f.written);
-    if (f.written > 0) stall_.progressed(set_.now());
-    set_.total_output_ -= f.written;
-    if (f.error != 0) {
-      set_.log_.log(LogLevel::kDebug,
-                    fmt::format("connection {} from {}: write error {}", id_,
-                                peerName(), uv_strerror(f.error)));
-      close();
-      return;
-    }
-    if (outbox_.writing()) {
+    set_.log_.log(LogLevel::kDebug,
+                  fmt::format("connection {} from {}: write error {}", id_,
+                              peerName(), uv_strerror(f.error)));
+  } catch (...) {
+  }
+  close();
+  return false;
+}
+
+void Connection::flush() noexcept {
+  if (closing_ || busy_ == nullptr) return;
+  try {
+    Outbox::Flushed f = busy_->outbox.flush(fd());
+    if (!noteWritten(f)) return;
+    if (busy_->outbox.writing()) {
+      updateReading();  // polls for writability
       checkOutput();
       if (closing_) return;
     }
@@ -95,55 +104,46 @@ void Connection::flush() noexcept {
   afterOutputDrained();
 }
 
-void Connection::onWrite(uv_write_t* req, int status) noexcept {
-  auto* c = static_cast<Connection*>(req->data);
-  // Closing: a large backlog is freed over later turns (unmapping it here
-  // could take tens of ms per connection dropped).
-  const std::size_t n =
-      c->outbox_.finishWrite(c->closing_ ? &c->set_.dead_chunks_ : nullptr);
-  // (Stopping, the loop's handles may be closed already: no idle then; the
-  // chunks are freed with the set.)
-  if (c->closing_ && !c->set_.stopping_) c->set_.continueSoon();
-  if (c->closing_) return;  // its bytes left the budget at close
-  Connections& s = c->set_;
-  s.total_output_ -= n;
-  if (status < 0) {
-    try {
-      s.log_.log(LogLevel::kDebug, fmt::format("connection {}: write error {}",
-                                               c->id_, uv_strerror(status)));
-    } catch (...) {
+void Connection::handleWritable() noexcept {
+  if (closing_ || busy_ == nullptr) return;
+  try {
+    Outbox::Flushed f = busy_->outbox.writeMore(fd());
+    if (!noteWritten(f)) return;
+    if (!busy_->outbox.writing()) {
+      updateReading();  // stops polling for writability
+      if (busy_->outbox.hasPending()) {
+        flush();
+        return;
+      }
     }
-    c->close();
+  } catch (...) {
+    reject(set_.ctr_.rejected_limit, "out of memory while writing");
     return;
   }
-  bump(s.ctr_.bytes_out, n);
-  c->stall_.progressed(s.now());
-  if (c->outbox_.hasPending()) {
-    c->flush();
-  } else {
-    c->afterOutputDrained();
-  }
+  afterOutputDrained();
 }
 
 // Some output was handed to the kernel: close a connection that was only
-// waiting for that, or resume a paused one that drained enough.
+// waiting for that, resume a paused one that drained enough, or let an
+// idle one give its busy state back.
 void Connection::afterOutputDrained() noexcept {
   if (closing_) return;
-  if ((set_.stopping_ || close_after_flush_) && outbox_.size() == 0 &&
+  if ((set_.stopping_ || close_after_flush_) && unsentBytes() == 0 &&
       !pending_) {
     close();
     return;
   }
-  if (!paused_ || set_.stopping_ || close_after_flush_ ||
-      !mayResume(set_.output_, outbox_.size())) {
+  if (paused_ && !set_.stopping_ && !close_after_flush_ &&
+      mayResume(set_.output_, unsentBytes())) {
+    paused_ = false;
+    try {
+      resume();  // settles
+    } catch (...) {
+      reject(set_.ctr_.rejected_limit, "out of memory while writing");
+    }
     return;
   }
-  paused_ = false;
-  try {
-    resume();
-  } catch (...) {
-    reject(set_.ctr_.rejected_limit, "out of memory while writing");
-  }
+  settle();
 }
 
 }  // namespace tcpstore::server

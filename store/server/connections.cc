@@ -24,9 +24,36 @@ Connections::Connections(const protocol::Limits& limits,
       ctr_(ctr),
       log_(log),
       scratch_(new char[kScratchBytes]),
-      rejections_(kMaxRejectLinesPerSecond) {}
+      rejections_(kMaxRejectLinesPerSecond) {
+  spare_busy_.reserve(kMaxSpareBusy);
+}
 
-Connections::~Connections() { freeDeadChannels(); }
+Connections::~Connections() {
+  freeDeadChannels();
+  for (BusyState* b : spare_busy_) delete b;
+}
+
+BusyState* Connections::takeBusy() {
+  if (spare_busy_.empty()) return new BusyState(limits_);
+  BusyState* b = spare_busy_.back();
+  spare_busy_.pop_back();
+  return b;
+}
+
+void Connections::giveBusy(BusyState* b) noexcept {
+  b->need = 1;
+  b->counted_in = 0;
+  b->stall = StallClock();
+  b->last_read_ms = b->failed_ms = 0;
+  b->turn_no = b->turn_bytes = b->turn_requests = 0;
+  if (b->in.capacity() > kSpareKeepBytes) (void)b->in.takeStorage();
+  b->outbox.shrink(kSpareKeepBytes);
+  if (spare_busy_.size() < kMaxSpareBusy) {
+    spare_busy_.push_back(b);  // within the reserved capacity
+    return;
+  }
+  delete b;
+}
 
 // Iteratively: a list of 10^5 channels must not recurse 10^5 deep.
 void Connections::freeDeadChannels() noexcept {
@@ -60,7 +87,7 @@ Status Connections::open(LoopHandles& handles) {
   return Status::ok();
 }
 
-void Connections::accept(int fd, const sockaddr_storage& peer) {
+void Connections::accept(int fd) {
   Connection* c = nullptr;
   try {
     c = new Connection(*this, next_id_++);
@@ -68,24 +95,22 @@ void Connections::accept(int fd, const sockaddr_storage& peer) {
     ::close(fd);
     throw;
   }
-  uv_tcp_init(loop_, &c->tcp_);
-  c->tcp_.data = c;
-  auto* handle = reinterpret_cast<uv_handle_t*>(&c->tcp_);
-  if (uv_tcp_open(&c->tcp_, fd) != 0) {
+  if (uv_poll_init_socket(loop_, &c->poll_, fd) != 0) {
+    // No handle came to be: nothing to close but the socket.
     ::close(fd);
     bump(ctr_.accept_errors);
-    c->closing_ = true;
-    uv_close(handle, &Connection::onClosed);
+    delete c;
     return;
   }
+  c->poll_.data = c;
   int one = 1;
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  c->peer_ = peer;
   try {
     by_id_.emplace(c->id_, c);
   } catch (...) {
     c->closing_ = true;
-    uv_close(handle, &Connection::onClosed);  // closes fd
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->poll_), &Connection::onClosed);
+    ::close(fd);
     throw;
   }
   bump(ctr_.connections_accepted);
@@ -93,7 +118,7 @@ void Connections::accept(int fd, const sockaddr_storage& peer) {
 }
 
 void Connections::closed(Connection& c) noexcept {
-  total_output_ -= c.outbox_.size();  // nothing more is sent or counted
+  total_output_ -= c.unsentBytes();  // nothing more is sent or counted
   handler_->onClosing(c);
   by_id_.erase(c.id_);
   bump(ctr_.connections_closed);
@@ -206,7 +231,7 @@ void Connections::resumeInput() noexcept {
     if (budget_.mayResumeInput(use) &&
         !budget_.pauseInput(use, c->partialBytes(), c->inputGrowth())) {
       c->input_paused_ = false;
-      c->last_read_ms_ = now();  // waiting for the peer again from now
+      c->busy_->last_read_ms = now();  // waiting for the peer again from now
       c->updateReading();
       continue;
     }
@@ -228,13 +253,10 @@ void Connections::notePausedInput(const Connection& c) noexcept {
 }
 
 namespace {
-// The peer of `stream` sent its FIN (or the connection is gone), as the
+// The peer of socket `fd` sent its FIN (or the connection is gone), as the
 // kernel's TCP state says; false if it cannot tell.
-bool peerHungUp(uv_stream_t* stream) noexcept {
-  uv_os_fd_t fd = -1;
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(stream), &fd) != 0) {
-    return false;
-  }
+bool peerHungUp(int fd) noexcept {
+  if (fd < 0) return false;
   tcp_info info{};
   socklen_t len = sizeof info;
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
@@ -251,7 +273,7 @@ void Connections::onHangupTimer(uv_timer_t* timer) noexcept {
   for (std::size_t i = 0; i < s->input_paused_ids_.size(); ++i) {
     Connection* c = s->find(s->input_paused_ids_[i]);
     if (c == nullptr || c->closing_ || !c->input_paused_) continue;
-    if (!peerHungUp(c->stream())) {
+    if (!peerHungUp(c->fd())) {
       any = true;
       continue;
     }
@@ -260,7 +282,7 @@ void Connections::onHangupTimer(uv_timer_t* timer) noexcept {
       why = fmt::format(
           "peer hung up with {} bytes of a {} byte request buffered "
           "(paused for the memory budget)",
-          c->in_.size(), c->partialBytes());
+          c->busy_->in.size(), c->partialBytes());
     } catch (...) {
     }
     c->reject(s->ctr_.rejected_peer_gone, why);
@@ -279,12 +301,12 @@ void Connections::shedOutput() noexcept {
   while (memoryUse().total() > budget_.softLine()) {
     Connection* worst = nullptr;
     for (auto& [id, c] : by_id_) {
-      if (c->closing_ || !c->outbox_.writing() ||
-          c->outbox_.size() <= kBehindBytes ||
-          c->stall_.idleMs(t) < kNotReadingMs) {
+      if (c->closing_ || c->busy_ == nullptr || !c->busy_->outbox.writing() ||
+          c->busy_->outbox.size() <= kBehindBytes ||
+          c->busy_->stall.idleMs(t) < kNotReadingMs) {
         continue;
       }
-      if (worst == nullptr || c->outbox_.size() > worst->outbox_.size())
+      if (worst == nullptr || c->unsentBytes() > worst->unsentBytes())
         worst = c;
     }
     if (worst == nullptr) return;
@@ -293,7 +315,7 @@ void Connections::shedOutput() noexcept {
       why = fmt::format(
           "memory budget: {} unsent bytes not read while the server holds "
           "{} of {} bytes",
-          worst->outbox_.size(), memoryUse().total(), budget_.max());
+          worst->unsentBytes(), memoryUse().total(), budget_.max());
     } catch (...) {
     }
     worst->reject(ctr_.budget_dropped, why);
@@ -309,13 +331,14 @@ void Connections::onStallTimer(uv_timer_t* timer) noexcept {
   for (std::size_t i = 0; i < s->paused_ids_.size(); ++i) {
     Connection* c = s->find(s->paused_ids_[i]);
     if (c == nullptr || c->closing_ || !c->paused_) continue;
-    const std::size_t queued = uv_stream_get_write_queue_size(c->stream());
-    if (c->stall_.stalled(now, queued, s->output_.stall_ms)) {
+    if (c->busy_ == nullptr) continue;  // nothing unsent: not paused long
+    BusyState& b = *c->busy_;
+    if (b.stall.stalled(now, b.outbox.inflightBytes(), s->output_.stall_ms)) {
       std::string why;
       try {
         why =
             fmt::format("slow reader: {} bytes of replies not taken for {} ms",
-                        c->outbox_.size(), c->stall_.idleMs(now));
+                        b.outbox.size(), b.stall.idleMs(now));
       } catch (...) {
       }
       c->reject(s->ctr_.rejected_slow_reader, why);
@@ -339,9 +362,9 @@ void Connections::onSweepTimer(uv_timer_t* timer) noexcept {
   try {
     for (auto& [id, c] : s->by_id_) {
       if (c->closing_) continue;
-      if ((c->failed_ && now - c->failed_ms_ >= linger) ||
+      if ((c->failed_ && now - c->busy_->failed_ms >= linger) ||
           (s->partial_ms_ > 0 && c->holdsPartialRequest() &&
-           now - c->last_read_ms_ >= s->partial_ms_)) {
+           now - c->busy_->last_read_ms >= s->partial_ms_)) {
         s->sweep_ids_.push_back(id);
       }
     }
@@ -358,7 +381,7 @@ void Connections::onSweepTimer(uv_timer_t* timer) noexcept {
     try {
       why = fmt::format(
           "partial request: {} bytes buffered and no progress for {} ms",
-          c->in_.size(), now - c->last_read_ms_);
+          c->busy_->in.size(), now - c->busy_->last_read_ms);
     } catch (...) {
     }
     c->reject(s->ctr_.rejected_partial_timeout, why);

@@ -82,9 +82,10 @@ class Connections {
     on_drained_arg_ = arg;
   }
 
-  // Serves an accepted socket (owns `fd` from here on). Throws
-  // std::bad_alloc (after closing `fd`).
-  void accept(int fd, const sockaddr_storage& peer);
+  // Serves an accepted socket (owns `fd` from here on; the peer's address
+  // is read again when a log line needs it). Throws std::bad_alloc (after
+  // closing `fd`).
+  void accept(int fd);
   std::size_t size() const noexcept { return by_id_.size(); }
 
   // The open connection `id`, or nullptr (closed, or never existed).
@@ -162,6 +163,15 @@ class Connections {
   // Lowers the total under which resumeInput() is worth a look.
   void notePausedInput(const Connection& c) noexcept;
   std::uint64_t now() const noexcept { return uv_now(loop_); }
+  // A busy state for a connection that has work (connection.h): a spare one
+  // or a new one. Throws std::bad_alloc.
+  BusyState* takeBusy();
+  // Takes `b` back (its input buffer and outbox empty): kept as a spare
+  // (its small buffers with it) or freed.
+  void giveBusy(BusyState* b) noexcept;
+  // Spares kept, and the largest buffer capacity a spare keeps.
+  static constexpr std::size_t kMaxSpareBusy = 64;
+  static constexpr std::size_t kSpareKeepBytes = 4096;
 
   uv_loop_t* loop_ = nullptr;
   const protocol::Limits limits_;
@@ -182,12 +192,13 @@ class Connections {
   // middle of a message too large for it.
   std::unique_ptr<char[]> scratch_;
   FlushList<Connection> flush_list_;
-  uv_idle_t* flush_idle_ = nullptr;  // active: the loop does not block
-  std::uint64_t total_output_ = 0;   // sum of outbox sizes
-  std::uint64_t turn_output_ = 0;    // bytes queued since the last check
-  std::uint64_t turn_input_ = 0;     // bytes read since the last check
-  std::uint64_t turn_requests_ = 0;  // requests decoded since the last check
-  std::uint64_t turn_no_ = 1;        // loop turns (check phases) so far
+  std::vector<BusyState*> spare_busy_;  // owned; capacity kMaxSpareBusy
+  uv_idle_t* flush_idle_ = nullptr;     // active: the loop does not block
+  std::uint64_t total_output_ = 0;      // sum of outbox sizes
+  std::uint64_t turn_output_ = 0;       // bytes queued since the last check
+  std::uint64_t turn_input_ = 0;        // bytes read since the last check
+  std::uint64_t turn_requests_ = 0;     // requests decoded since the last check
+  std::uint64_t turn_no_ = 1;           // loop turns (check phases) so far
   std::uint64_t last_check_cpu_us_ = 0;  // loop thread's CPU at the check
   // The turn's budget of replies or requests is spent: connections yield.
   bool turnSpent() const noexcept {

@@ -72,13 +72,10 @@ void Listener::onReadable(uv_poll_t* poll, int status, int) noexcept {
 // Accepts every pending connection (one wake-up may carry thousands).
 void Listener::acceptAll() noexcept {
   while (!closing_) {
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       try {
-        handler_.onAccepted(fd, peer);
+        handler_.onAccepted(fd);
       } catch (...) {
         log_.log(LogLevel::kError,
                  "out of memory while accepting a connection");

@@ -26,9 +26,9 @@ namespace tcpstore::server {
 // What the listener hands accepted sockets to.
 class AcceptHandler {
  public:
-  // Owns `fd` from here on (closes it on failure). May throw std::bad_alloc
-  // (the fd is closed first).
-  virtual void onAccepted(int fd, const sockaddr_storage& peer) = 0;
+  // Owns `fd` (non-blocking, close-on-exec) from here on (closes it on
+  // failure). May throw std::bad_alloc (the fd is closed first).
+  virtual void onAccepted(int fd) = 0;
   // Connections being served (for the accept-failure log line).
   virtual std::size_t numConnections() const noexcept = 0;
 

@@ -4,7 +4,7 @@
 //
 // add*() initializes a handle, sets its data pointer and counts it; close()
 // closes one handle once (a second call is a no-op); closeAll() closes every
-// handle still open. Connections (uv_tcp_t) are not loop handles: each one
+// handle still open. Connections (uv_poll_t) are not loop handles: each one
 // is owned by its Connection. Loop thread only, except init() and
 // abandon(), which run on the starting thread before the loop thread exists.
 #pragma once

@@ -205,7 +205,8 @@ std::size_t MuxSession::drain(const char* data, std::size_t len) {
   Connection& c = conn_;
   std::size_t off = 0;
   mux::Frame f;
-  while (!c.paused_ && !c.closing_ && !c.failed_ && len - off >= c.need_) {
+  while (!c.paused_ && !c.closing_ && !c.failed_ &&
+         len - off >= c.busy_->need) {
     std::string_view in(data + off, len - off);
     // Server-to-relay types are refused at their first byte, before their
     // payload is buffered.
@@ -217,14 +218,14 @@ std::size_t MuxSession::drain(const char* data, std::size_t len) {
     }
     mux::FrameDecodeResult r = mux::decodeFrame(in, max_payload_, f);
     if (r.status == mux::FrameDecodeResult::kNeedMore) {
-      c.need_ = r.need_at_least;
+      c.busy_->need = r.need_at_least;
       break;
     }
     if (r.status == mux::FrameDecodeResult::kError) {
       violation(r.error);
       return off;
     }
-    c.need_ = 1;
+    c.busy_->need = 1;
     off += r.consumed;
     onFrame(f);
   }

@@ -119,7 +119,7 @@ class MuxSession {
   MuxSession& operator=(const MuxSession&) = delete;
 
   // Decodes and handles frames from [data, data+len) while the connection
-  // may decode; returns the bytes consumed (sets the connection's need_).
+  // may decode; returns the bytes consumed (sets its busy state's need).
   // Throws std::bad_alloc.
   std::size_t drain(const char* data, std::size_t len);
   // Resumes channels whose queued requests waited for the connection's

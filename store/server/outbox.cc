@@ -1,16 +1,33 @@
 #include "store/server/outbox.h"
 
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstddef>
 #include <utility>
 
 namespace tcpstore::server {
 
+// libuv's uv_buf_t is laid out as struct iovec on Unix: bufs_ goes to
+// sendmsg as it is.
+static_assert(sizeof(uv_buf_t) == sizeof(iovec));
+static_assert(offsetof(uv_buf_t, base) == offsetof(iovec, iov_base));
+static_assert(offsetof(uv_buf_t, len) == offsetof(iovec, iov_len));
+
 namespace {
-// Largest piece of one uv_buf_t (its length is 32-bit).
+// Largest piece of one uv_buf_t (its length is 32-bit on some platforms).
 constexpr std::size_t kMaxBufBytes = std::size_t{1} << 30;
 // A connection keeps one chunk of at most this capacity once its output is
 // written (no allocation per reply for the common small ones).
 constexpr std::size_t kKeepBytes = 64 * 1024;
+#ifdef IOV_MAX
+constexpr std::size_t kMaxIov = IOV_MAX;
+#else
+constexpr std::size_t kMaxIov = 1024;
+#endif
 
 // Empties `chunks`, keeping a first chunk whose capacity is small.
 void release(std::vector<std::string>& chunks) noexcept {
@@ -22,6 +39,16 @@ void release(std::vector<std::string>& chunks) noexcept {
     chunks.clear();
   }
   if (chunks.capacity() > 64) std::vector<std::string>().swap(chunks);
+}
+
+// Drops the whole chunks of `chunks` that `skip` (bytes from the front,
+// less than their total) covers; returns the bytes written of the new first.
+std::size_t dropWritten(std::vector<std::string>& chunks, std::size_t skip) {
+  std::size_t first = 0;
+  while (skip >= chunks[first].size()) skip -= chunks[first++].size();
+  chunks.erase(chunks.begin(),
+               chunks.begin() + static_cast<std::ptrdiff_t>(first));
+  return skip;
 }
 }  // namespace
 
@@ -65,71 +92,94 @@ void Outbox::describe(const std::vector<std::string>& chunks,
   }
 }
 
-Outbox::Flushed Outbox::flush(uv_stream_t* stream, void* data, uv_write_cb cb) {
+Outbox::Flushed Outbox::send(int fd) {
+  Flushed f;
+  std::size_t i = 0;
+  while (i < bufs_.size()) {
+    const std::size_t cnt = std::min(bufs_.size() - i, kMaxIov);
+    std::size_t offered = 0;
+    for (std::size_t k = i; k < i + cnt; ++k) offered += bufs_[k].len;
+    msghdr m{};
+    m.msg_iov = reinterpret_cast<iovec*>(bufs_.data() + i);
+    m.msg_iovlen = cnt;
+    const ssize_t r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err != EAGAIN && err != EWOULDBLOCK)
+        f.error = uv_translate_sys_error(err);
+      return f;
+    }
+    auto n = static_cast<std::size_t>(r);
+    f.written += n;
+    if (n < offered) return f;  // the kernel's buffer is full
+    i += cnt;
+  }
+  return f;
+}
+
+Outbox::Flushed Outbox::flush(int fd) {
   Flushed f;
   if (writing_ || pending_bytes_ == 0) return f;
   describe(pending_, 0);
-  int r =
-      uv_try_write(stream, bufs_.data(), static_cast<unsigned>(bufs_.size()));
-  if (r == UV_EAGAIN || r == UV_ENOSYS) r = 0;
-  if (r < 0) {
-    f.error = r;
-    return f;
-  }
-  f.written = static_cast<std::size_t>(r);
+  // Reserved first: once bytes are written, moving the rest cannot fail.
+  inflight_.reserve(pending_.size());
+  f = send(fd);
+  if (f.error != 0) return f;
   if (f.written == pending_bytes_) {
     pending_bytes_ = 0;
     release(pending_);
     return f;
   }
-  // The rest moves to the write in flight: whole chunks, no copy. The
-  // first chunk may be partly written.
-  std::size_t skip = f.written, first = 0;
-  while (skip >= pending_[first].size()) skip -= pending_[first++].size();
+  // The rest waits for writability: whole chunks, no copy. The first chunk
+  // may be partly written.
   inflight_.clear();
-  inflight_.reserve(pending_.size() - first);
-  for (std::size_t i = first; i < pending_.size(); ++i)
-    inflight_.push_back(std::move(pending_[i]));
+  for (std::string& c : pending_) inflight_.push_back(std::move(c));
   inflight_bytes_ = pending_bytes_ - f.written;
+  inflight_skip_ = dropWritten(inflight_, f.written);
   pending_.clear();
   pending_bytes_ = 0;
-  describe(inflight_, skip);
-  wreq_.data = data;
-  int rc = uv_write(&wreq_, stream, bufs_.data(),
-                    static_cast<unsigned>(bufs_.size()), cb);
-  if (rc != 0) {
-    f.error = rc;
-    return f;
-  }
   writing_ = true;
   return f;
 }
 
+Outbox::Flushed Outbox::writeMore(int fd) {
+  Flushed f;
+  if (!writing_) return f;
+  describe(inflight_, inflight_skip_);
+  f = send(fd);
+  if (f.error != 0) return f;
+  inflight_bytes_ -= f.written;
+  if (inflight_bytes_ == 0) {
+    writing_ = false;
+    inflight_.clear();
+    inflight_skip_ = 0;
+    if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
+    return f;
+  }
+  inflight_skip_ = dropWritten(inflight_, inflight_skip_ + f.written);
+  return f;
+}
+
 void Outbox::takeChunks(std::vector<std::string>& dead) {
-  dead.reserve(dead.size() + pending_.size() +
-               (writing_ ? 0 : inflight_.size()));
+  dead.reserve(dead.size() + pending_.size() + inflight_.size());
   for (std::string& c : pending_) dead.push_back(std::move(c));
   pending_.clear();
   pending_bytes_ = 0;
-  if (writing_) return;
   for (std::string& c : inflight_) dead.push_back(std::move(c));
   inflight_.clear();
   inflight_bytes_ = 0;
+  inflight_skip_ = 0;
+  writing_ = false;
 }
 
-std::size_t Outbox::finishWrite(std::vector<std::string>* dead) noexcept {
-  writing_ = false;
-  const std::size_t n = inflight_bytes_;
-  inflight_bytes_ = 0;
-  if (dead != nullptr) {
-    try {
-      takeChunks(*dead);
-    } catch (...) {  // freed below, now
-    }
-  }
-  inflight_.clear();
-  if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
-  return n;
+void Outbox::shrink(std::size_t keep_bytes) noexcept {
+  if (size() != 0 || writing_) return;
+  if (!pending_.empty() && pending_.front().capacity() > keep_bytes)
+    std::vector<std::string>().swap(pending_);
+  if (pending_.capacity() > 4) std::vector<std::string>().swap(pending_);
+  if (inflight_.capacity() > 4) std::vector<std::string>().swap(inflight_);
+  if (bufs_.capacity() > 64) std::vector<uv_buf_t>().swap(bufs_);
 }
 
 }  // namespace tcpstore::server

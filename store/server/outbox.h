@@ -1,17 +1,19 @@
 // Outbox: one connection's unsent replies, and FlushList: the connections
 // whose outbox got bytes during this loop turn.
 //
-// Replies are appended during a read batch and written once per loop turn
-// (the server's uv_check runs the FlushList), so a pipelined batch leaves in
-// one write: uv_try_write first, and only what the kernel did not take goes
-// to a uv_write. At most one uv_write is in flight; bytes appended meanwhile
-// wait in `pending`.
+// Replies are appended during a read batch and written at its end (those
+// queued outside a read batch: once per loop turn, when the server's
+// uv_check runs the FlushList), so a pipelined batch leaves in one
+// sendmsg(2). What the kernel does not take waits in `inflight` (the
+// connection then polls for writability and calls writeMore()); bytes
+// appended meanwhile wait in `pending`. No libuv write request: the socket
+// is written directly (non-blocking, MSG_NOSIGNAL).
 //
 // The bytes are held in chunks: small replies share a chunk of up to
 // kChunkBytes, a larger one (or a buffer handed over whole) is a chunk of
 // its own. So a large backlog never grows by doubling one buffer (copies of
-// tens of MiB), and what the kernel did not take moves to the write in
-// flight without a copy.
+// tens of MiB), and what the kernel did not take moves to `inflight`
+// without a copy.
 #pragma once
 
 #include <uv.h>
@@ -31,8 +33,11 @@ class Outbox {
   // Unsent bytes (pending and in flight).
   std::size_t size() const noexcept { return pending_bytes_ + inflight_bytes_; }
   bool hasPending() const noexcept { return pending_bytes_ > 0; }
-  // A uv_write is in flight: the kernel took all it would.
+  // The kernel took all it would: the rest waits for the socket to become
+  // writable (writeMore()).
   bool writing() const noexcept { return writing_; }
+  // Bytes the kernel did not take yet (the rest of the last flush()).
+  std::size_t inflightBytes() const noexcept { return inflight_bytes_; }
 
   // Copies `bytes` to the end. Throws std::bad_alloc.
   void append(std::string_view bytes);
@@ -42,47 +47,48 @@ class Outbox {
 
   struct Flushed {
     int error = 0;            // a libuv error: the connection must close
-    std::size_t written = 0;  // bytes the kernel took at once
+    std::size_t written = 0;  // bytes the kernel took
   };
-  // Hands the pending bytes to `stream` (no-op while a write is in flight).
-  // What uv_try_write leaves goes to a uv_write whose callback is `cb`,
-  // with req->data = `data`. Throws std::bad_alloc.
-  Flushed flush(uv_stream_t* stream, void* data, uv_write_cb cb);
-  // In the write callback: the in-flight write ended. Returns its bytes.
-  // Its chunks are freed, or moved to `dead` if given (freed later).
-  std::size_t finishWrite(std::vector<std::string>* dead = nullptr) noexcept;
-  // Closing: moves the pending chunks (and those of a write no longer in
-  // flight) to `dead`, to be freed later. Throws std::bad_alloc (then the
-  // chunks stay here).
+  // Writes the pending bytes to the non-blocking socket `fd` (no-op while
+  // writing()). What the kernel does not take is kept for writeMore() and
+  // writing() turns true. Throws std::bad_alloc.
+  Flushed flush(int fd);
+  // The socket became writable: writes more of what the kernel did not
+  // take. writing() turns false once all of it is written (pending bytes
+  // then wait for the next flush()). Throws std::bad_alloc.
+  Flushed writeMore(int fd);
+  // Closing: moves every chunk to `dead`, to be freed later. Throws
+  // std::bad_alloc (then the chunks stay here).
   void takeChunks(std::vector<std::string>& dead);
+  // Empty outbox kept for reuse: frees its chunks and scratch unless their
+  // capacity is at most `keep_bytes`.
+  void shrink(std::size_t keep_bytes) noexcept;
 
  private:
-  template <typename T>
-  friend class FlushList;
   // Fills bufs_ with the bytes of `chunks`, the first from `offset`.
   void describe(const std::vector<std::string>& chunks, std::size_t offset);
+  // sendmsg of bufs_ (IOV_MAX at a time) until all or EAGAIN.
+  Flushed send(int fd);
 
   std::vector<std::string> pending_;   // not yet handed to the kernel
-  std::vector<std::string> inflight_;  // owned by the current uv_write
+  std::vector<std::string> inflight_;  // the rest of the last flush()
   std::size_t pending_bytes_ = 0;
   std::size_t inflight_bytes_ = 0;
-  std::vector<uv_buf_t> bufs_;  // scratch of flush()
-  uv_write_t wreq_{};
+  std::size_t inflight_skip_ = 0;  // bytes of inflight_[0] already written
+  std::vector<uv_buf_t> bufs_;     // scratch of flush()
   bool writing_ = false;
-  bool listed_ = false;  // in a FlushList
 };
 
-// T has `Outbox& outbox()`. Loop thread only.
+// T has `bool listed() const` and `void setListed(bool)`. Loop thread only.
 template <typename T>
 class FlushList {
  public:
   bool empty() const noexcept { return items_.empty(); }
   // Lists `t` for the next run() unless it is listed already.
   void add(T* t) {
-    Outbox& o = t->outbox();
-    if (o.listed_) return;
+    if (t->listed()) return;
     items_.push_back(t);
-    o.listed_ = true;
+    t->setListed(true);
   }
   // Calls fn(t) for every listed item, also items listed while it runs (a
   // flush may resume a paused connection, whose buffered requests produce
@@ -91,7 +97,7 @@ class FlushList {
   void run(Fn fn) noexcept {
     for (std::size_t i = 0; i < items_.size(); ++i) {
       T* t = items_[i];
-      t->outbox().listed_ = false;
+      t->setListed(false);
       fn(t);
     }
     items_.clear();

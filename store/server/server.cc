@@ -70,8 +70,8 @@ struct Server::Impl final : server::AcceptHandler {
   void runLoop() noexcept;
 
   // AcceptHandler
-  void onAccepted(int fd, const sockaddr_storage& peer) override {
-    conns.accept(fd, peer);
+  void onAccepted(int fd) override {
+    conns.accept(fd);
   }
   std::size_t numConnections() const noexcept override { return conns.size(); }
 
