@@ -13,7 +13,7 @@ constexpr std::size_t kMaxBufBytes = std::size_t{1} << 30;
 constexpr std::size_t kKeepBytes = 64 * 1024;
 
 // Empties `chunks`, keeping a first chunk whose capacity is small.
-void release(std::vector<std::string>& chunks) noexcept {
+void release(std::vector<OutChunk>& chunks) noexcept {
   if (chunks.empty()) return;
   if (chunks.front().capacity() <= kKeepBytes) {
     chunks.front().clear();
@@ -21,20 +21,21 @@ void release(std::vector<std::string>& chunks) noexcept {
   } else {
     chunks.clear();
   }
-  if (chunks.capacity() > 64) std::vector<std::string>().swap(chunks);
+  if (chunks.capacity() > 64) std::vector<OutChunk>().swap(chunks);
 }
 }  // namespace
 
 void Outbox::append(std::string_view bytes) {
   if (bytes.empty()) return;
-  if (pending_.empty() || pending_.back().size() + bytes.size() > kChunkBytes) {
+  if (pending_.empty() || pending_.back().isShared() ||
+      pending_.back().size() + bytes.size() > kChunkBytes) {
     if (!pending_.empty() && pending_.back().empty()) {
       // The kept chunk: reuse it.
     } else {
       pending_.emplace_back();
     }
   }
-  pending_.back().append(bytes.data(), bytes.size());
+  pending_.back().own().append(bytes.data(), bytes.size());
   pending_bytes_ += bytes.size();
 }
 
@@ -45,17 +46,30 @@ void Outbox::append(std::string&& bytes) {
   }
   const std::size_t n = bytes.size();
   if (!pending_.empty() && pending_.back().empty()) {
-    pending_.back() = std::move(bytes);
+    pending_.back() = OutChunk(std::move(bytes));
   } else {
-    pending_.push_back(std::move(bytes));
+    pending_.emplace_back(std::move(bytes));
   }
   pending_bytes_ += n;
 }
 
-void Outbox::describe(const std::vector<std::string>& chunks,
-                      std::size_t offset) {
+void Outbox::append(const store::SharedBytes& buf, std::size_t offset,
+                    std::size_t length) {
+  if (length <= kCopySharedBytes) {
+    append(buf.view().substr(offset, length));
+    return;
+  }
+  if (!pending_.empty() && pending_.back().empty()) {
+    pending_.back() = OutChunk(buf, offset, length);
+  } else {
+    pending_.emplace_back(buf, offset, length);
+  }
+  pending_bytes_ += length;
+}
+
+void Outbox::describe(const std::vector<OutChunk>& chunks, std::size_t offset) {
   bufs_.clear();
-  for (const std::string& c : chunks) {
+  for (const OutChunk& c : chunks) {
     for (std::size_t at = offset; at < c.size(); at += kMaxBufBytes) {
       const std::size_t len = std::min(kMaxBufBytes, c.size() - at);
       bufs_.push_back(uv_buf_init(const_cast<char*>(c.data()) + at,
@@ -105,19 +119,19 @@ Outbox::Flushed Outbox::flush(uv_stream_t* stream, void* data, uv_write_cb cb) {
   return f;
 }
 
-void Outbox::takeChunks(std::vector<std::string>& dead) {
+void Outbox::takeChunks(std::vector<OutChunk>& dead) {
   dead.reserve(dead.size() + pending_.size() +
                (writing_ ? 0 : inflight_.size()));
-  for (std::string& c : pending_) dead.push_back(std::move(c));
+  for (OutChunk& c : pending_) dead.push_back(std::move(c));
   pending_.clear();
   pending_bytes_ = 0;
   if (writing_) return;
-  for (std::string& c : inflight_) dead.push_back(std::move(c));
+  for (OutChunk& c : inflight_) dead.push_back(std::move(c));
   inflight_.clear();
   inflight_bytes_ = 0;
 }
 
-std::size_t Outbox::finishWrite(std::vector<std::string>* dead) noexcept {
+std::size_t Outbox::finishWrite(std::vector<OutChunk>* dead) noexcept {
   writing_ = false;
   const std::size_t n = inflight_bytes_;
   inflight_bytes_ = 0;
@@ -128,7 +142,7 @@ std::size_t Outbox::finishWrite(std::vector<std::string>* dead) noexcept {
     }
   }
   inflight_.clear();
-  if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
+  if (inflight_.capacity() > 64) std::vector<OutChunk>().swap(inflight_);
   return n;
 }
 
