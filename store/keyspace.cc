@@ -15,6 +15,8 @@
 //    the key: about 112 bytes per 26-byte key as malloc counts (bench
 //    BM_WaitMemoryPerKey; 170-200 before, with a std::string per key).
 //  - A huge WAIT is registered in steps (pending_waits.h).
+//  - Large MULTI_GET/GET replies: a ReplyCache (reply_cache.h) of shared
+//    buffers; write() and DELETE_KEY invalidate the key's entries.
 //  - All tables hash with keyed SipHash (hash.h) and grow incrementally;
 //    detached registrations are freed by reclaim() (and a few per apply()).
 #include "store/keyspace.h"

@@ -83,7 +83,7 @@ const SharedBytes* ReplyCache::find(Query& q) {
 }
 
 bool ReplyCache::admit(Query& q, std::size_t reply_bytes) {
-  if (limits_.max_bytes == 0 || q.keys_.empty() ||
+  if (limits_.max_bytes == 0 || q.keys_.empty() || q.keys_.size() > kMaxKeys ||
       reply_bytes < limits_.min_reply_bytes ||
       reply_bytes + q.encoded_ + kEntryOverhead > limits_.max_bytes / 2) {
     return false;

@@ -18,9 +18,12 @@
 // than min_reply_bytes are never cached (copying them is cheap). A key list
 // is admitted the second time it is seen among the last kSeen large reads,
 // so reads that never repeat cost one hash each, not an entry and index
-// nodes. Bounded: kMaxEntries entries and max_bytes (replies, key lists and
-// index), the least recently used entry evicted first; memoryBytes() reports
-// what it holds (charged to the server's memory budget with the keyspace).
+// nodes. Key lists longer than kMaxKeys are not cached, so invalidating
+// costs at most kMaxEntries x kMaxKeys index updates (amortized: each
+// entry's keys were indexed once when it was inserted). Bounded: kMaxEntries
+// entries and max_bytes (replies, key lists and index), the least recently used
+// entry evicted first; memoryBytes() reports what it holds (charged to the
+// server's memory budget with the keyspace).
 //
 // Single-threaded (one thread at a time), like the keyspace.
 #pragma once
@@ -41,6 +44,9 @@ class ReplyCache {
  public:
   static constexpr std::size_t kMaxEntries = 32;  // bits of the index mask
   static constexpr std::size_t kSeen = 64;        // admission memory
+  // Longest key list cached: a write of one key drops at most kMaxEntries
+  // entries of at most this many keys (bounded work per write).
+  static constexpr std::size_t kMaxKeys = 4096;
 
   struct Limits {
     std::size_t max_bytes = 32u << 20;  // 0: no cache

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "store/keyspace/reply_cache.h"
 #include "tests/keyspace/test_util.h"
 
 namespace {
@@ -16,6 +17,7 @@ using namespace tcpstore::store;
 using namespace tcpstore::store::testing;
 
 constexpr std::size_t kValueBytes = 1024;
+constexpr std::size_t kMaxKeys = keyspace::ReplyCache::kMaxKeys;
 
 // Sets keys k0..k7 to 1 KiB values: a MULTI_GET of all is > 8 KiB.
 struct Cached {
@@ -246,6 +248,23 @@ TEST_CASE("the cache is bounded and counted in memoryBytes()") {
   for (const std::string& n : names) REQUIRE(h.run(9, set(n, v)).empty());
   CHECK(h.ks.replyCacheStats().entries == 0);
   CHECK(h.ks.memoryBytes() == before);
+}
+
+TEST_CASE("a key list longer than kMaxKeys is not cached (bounded writes)") {
+  Harness h;
+  const std::vector<std::string> names = keysNamed("n", kMaxKeys + 1);
+  for (const std::string& n : names) REQUIRE(h.run(9, set(n, "v")).empty());
+  std::vector<std::string_view> at_limit = views(names);
+  at_limit.pop_back();
+  for (int rep = 0; rep < 3; ++rep) {
+    REQUIRE(h.apply(1, multiGet(views(names))).isOk());
+  }
+  CHECK(h.ks.replyCacheStats().inserts == 0);
+  for (int rep = 0; rep < 3; ++rep) {
+    REQUIRE(h.apply(1, multiGet(at_limit)).isOk());
+  }
+  CHECK(h.ks.replyCacheStats().inserts == 1);
+  CHECK(h.ks.replyCacheStats().hits == 1);
 }
 
 TEST_CASE("reply_cache_bytes 0 turns the cache off") {

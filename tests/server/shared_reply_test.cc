@@ -54,7 +54,7 @@ std::uint64_t sharedReplies(const ScopedServer& s) {
 }
 
 TEST_CASE(
-    "many clients' identical MULTI_GETs share one reply; a SET between "
+    "many clients' identical MULTI_GETs share one reply, and a SET between "
     "changes the later ones") {
   auto s = ScopedServer::local();
   // Through relays the origin's replies travel as mux frames (copied) and
