@@ -15,12 +15,15 @@
 //    the key: about 112 bytes per 26-byte key as malloc counts (bench
 //    BM_WaitMemoryPerKey; 170-200 before, with a std::string per key).
 //  - A huge WAIT is registered in steps (pending_waits.h).
+//  - Large MULTI_GET/GET replies: a ReplyCache (reply_cache.h) of shared
+//    buffers; write() and DELETE_KEY invalidate the key's entries.
 //  - All tables hash with keyed SipHash (hash.h) and grow incrementally;
 //    detached registrations are freed by reclaim() (and a few per apply()).
 #include "store/keyspace.h"
 
 #include <algorithm>
 #include <deque>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -28,6 +31,7 @@
 #include "store/keyspace/numeric.h"
 #include "store/keyspace/pending_waits.h"
 #include "store/keyspace/replies.h"
+#include "store/keyspace/reply_cache.h"
 #include "store/keyspace/table.h"
 #include "store/keyspace/waiters.h"
 
@@ -38,6 +42,7 @@ namespace {
 using keyspace::KeyRegs;
 using keyspace::KeyTable;
 using keyspace::quoted;
+using keyspace::ReplyCache;
 using keyspace::replyTooLarge;
 using keyspace::sendByte;
 using keyspace::sendI64;
@@ -64,7 +69,17 @@ std::size_t itemBytes(const std::string& item) noexcept {
 }  // namespace
 
 struct Keyspace::State final : keyspace::KeyPresence {
-  explicit State(const KeyspaceOptions& o) : options(o) {}
+  explicit State(const KeyspaceOptions& o)
+      : options(o), cache(cacheLimits(o)) {}
+
+  static ReplyCache::Limits cacheLimits(const KeyspaceOptions& o) noexcept {
+    ReplyCache::Limits l;
+    l.max_bytes = static_cast<std::size_t>(
+        std::min<std::uint64_t>(o.reply_cache_bytes, SIZE_MAX));
+    l.min_reply_bytes = static_cast<std::size_t>(
+        std::clamp<std::uint64_t>(o.reply_cache_min_bytes, 1, SIZE_MAX));
+    return l;
+  }
 
   using Slot = std::pair<std::string*, bool>;  // value, created
 
@@ -101,6 +116,7 @@ struct Keyspace::State final : keyspace::KeyPresence {
   void write(std::string_view key, Slot slot, Update&& update, Reply&& reply,
              bool wake, Effects& fx) {
     auto [v, created] = slot;
+    cache.invalidate(key);
     KeyRegs* kr = waiters.find(key);
     const bool watched = Waiters::watched(kr);
     if (watched) old_scratch.assign(*v);
@@ -152,7 +168,38 @@ struct Keyspace::State final : keyspace::KeyPresence {
 
   std::size_t memoryBytes() const noexcept {
     return values.memoryBytes() + value_bytes + queues.memoryBytes() +
-           queue_bytes + waiters.memoryBytes() + pending.memoryBytes();
+           queue_bytes + waiters.memoryBytes() + pending.memoryBytes() +
+           cache.memoryBytes();
+  }
+
+  // A large read's reply from the cache (true: sent to `conn`).
+  bool sendCached(ConnId conn, ReplyCache::Query& q, Effects& fx) {
+    const SharedBytes* r = cache.find(q);
+    if (r == nullptr) return false;
+    fx.sendShared(conn, *r);
+    return true;
+  }
+  // Sends the reply to a read of `keys` (all present unless
+  // get_missing_returns_empty; `total` bytes): as a shared buffer, and
+  // cached, if the cache admits it.
+  void sendValues(ConnId conn, ReplyCache::Query& q,
+                  std::span<const std::string_view> keys, std::size_t total,
+                  Effects& fx) {
+    const bool shared = cache.admit(q, total);
+    std::string built;
+    std::string& b = shared ? built : fx.begin(conn);
+    if (shared) b.reserve(total);
+    for (std::string_view k : keys) {
+      const std::string* v = values.find(k);
+      appendStr(b, v == nullptr ? std::string_view() : *v);
+    }
+    if (!shared) {
+      fx.end();
+      return;
+    }
+    const SharedBytes reply = SharedBytes::adopt(std::move(built));
+    cache.insert(q, reply);
+    fx.sendShared(conn, reply);
   }
 
   KeyspaceOptions options;
@@ -162,6 +209,7 @@ struct Keyspace::State final : keyspace::KeyPresence {
   std::size_t queue_bytes = 0;               // items and per-queue overhead
   Waiters waiters;
   keyspace::PendingWaits pending{waiters};  // WAITs registered in steps
+  ReplyCache cache;  // every change of a stored value invalidates its key
   // Scratch buffers reused across calls (keep steady-state apply()
   // allocation-free).
   std::string old_scratch;
@@ -247,6 +295,13 @@ std::size_t Keyspace::queueLength(std::string_view key) const {
   return q == nullptr ? 0 : q->size();
 }
 
+ReplyCacheStats Keyspace::replyCacheStats() const noexcept {
+  if (state_ == nullptr) return {};
+  const ReplyCache::Stats c = state_->cache.stats();
+  return ReplyCacheStats{c.hits, c.inserts, c.invalidated, c.evicted,
+                         c.entries};
+}
+
 std::size_t Keyspace::memoryBytes() const noexcept {
   return state_ == nullptr ? 0 : state_->memoryBytes();
 }
@@ -272,6 +327,13 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       const std::string* v = values.find(req.key);
       if (v == nullptr && !options.get_missing_returns_empty) {
         return Status::protocolError("GET of missing key " + quoted(req.key));
+      }
+      if (v != nullptr && v->size() + 8 >= cache.minReplyBytes()) {
+        const std::span<const std::string_view> one(&req.key, 1);
+        ReplyCache::Query q(one);
+        if (!sendCached(conn, q, fx))
+          sendValues(conn, q, one, 8 + v->size(), fx);
+        return Status::ok();
       }
       sendStr(fx, conn, v == nullptr ? std::string_view() : *v);
       return Status::ok();
@@ -332,6 +394,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       waiters.notify(waiters.find(req.key),
                      static_cast<std::uint8_t>(WatchEvent::kDeleted), req.key,
                      *v, std::string_view(), fx);
+      cache.invalidate(req.key);
       value_bytes -= v->size();
       values.erase(req.key);
       if (queues.find(req.key) == nullptr) pending.vanished(req.key);
@@ -357,6 +420,9 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
     }
 
     case Command::kMultiGet: {
+      // A hit needs no checks: its keys are unchanged since it was built.
+      ReplyCache::Query q(req.keys);
+      if (sendCached(conn, q, fx)) return Status::ok();
       if (!options.get_missing_returns_empty) {
         for (std::string_view k : req.keys) {
           if (values.find(k) == nullptr) {
@@ -373,12 +439,7 @@ Status Keyspace::State::apply(ConnId conn, const protocol::Request& req,
       if (total > options.max_reply_bytes) {
         return replyTooLarge(total, options.max_reply_bytes);
       }
-      std::string& b = fx.begin(conn);
-      for (std::string_view k : req.keys) {
-        const std::string* v = values.find(k);
-        appendStr(b, v == nullptr ? std::string_view() : *v);
-      }
-      fx.end();
+      sendValues(conn, q, req.keys, static_cast<std::size_t>(total), fx);
       return Status::ok();
     }
 

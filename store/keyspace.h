@@ -38,6 +38,20 @@ struct KeyspaceOptions {
   // a 1 TiB reply). Over it: an error for that connection, nothing built.
   // (GET, COMPARE_SET and QUEUE_POP replies are bounded by max_value_bytes.)
   std::uint64_t max_reply_bytes = UINT64_MAX;
+  // Large MULTI_GET/GET replies are built once and shared while none of
+  // their keys changes (store/keyspace/reply_cache.h): at most this many
+  // bytes of them (0: no cache), each at least reply_cache_min_bytes long.
+  std::uint64_t reply_cache_bytes = 32u << 20;
+  std::uint64_t reply_cache_min_bytes = 4096;
+};
+
+// The reply cache's figures (for tests, benchmarks and logs).
+struct ReplyCacheStats {
+  std::uint64_t hits = 0;         // replies served from the cache
+  std::uint64_t inserts = 0;      // replies cached
+  std::uint64_t invalidated = 0;  // dropped because a key of theirs changed
+  std::uint64_t evicted = 0;      // dropped for room
+  std::size_t entries = 0;        // cached now
 };
 
 // PyTorch's semantics (docs/protocol.md §3, §4), with these deliberate choices
@@ -78,11 +92,13 @@ class Keyspace {
   Keyspace& operator=(Keyspace&& other) noexcept;
 
   // Applies `req` from connection `conn` and appends the resulting bytes to
-  // `fx` (the reply to `conn`, STOP_WAITING bytes to woken waiters, 1.13 watch
-  // notifications). A non-OK Status means the request is a protocol error for
-  // that connection (ADD on a non-numeric value, GET of a missing key, ...):
-  // the caller logs it and closes `conn` (and then calls disconnect). No state
-  // was changed in that case and no bytes were added for `conn`.
+  // `fx` (the reply to `conn` (a large MULTI_GET/GET reply as a shared
+  // buffer, Effects::sendShared, possibly one sent before), STOP_WAITING bytes
+  // to woken waiters, 1.13 watch notifications). A non-OK Status means the
+  // request is a protocol error for that connection (ADD on a non-numeric
+  // value, GET of a missing key, ...): the caller logs it and closes `conn`
+  // (and then calls disconnect). No state was changed in that case and no bytes
+  // were added for `conn`.
   //
   // VALIDATE and PING are handshake commands; apply() answers PING (echo) and
   // ignores VALIDATE, so the caller may pass every decoded request.
@@ -134,6 +150,9 @@ class Keyspace {
   // even without reclaim() calls, only more slowly.)
   std::size_t reclaim(std::size_t max_items);
 
+  // The reply cache's figures. O(1).
+  ReplyCacheStats replyCacheStats() const noexcept;
+
   // Read-only views (for the server's progress log and for tests). All O(1)
   // except find() and queueLength() (one lookup).
   // find(): the stored value, or nullptr. The pointer stays valid (and shows
@@ -152,7 +171,8 @@ class Keyspace {
   // (detached ones until reclaimed), for a server-wide memory budget. An
   // estimate from sizes (entry headers, key and value lengths, table slots,
   // per-registration structs), not malloc's figure: it leaves out allocator
-  // overhead and spare string capacity. Kept incrementally, O(1).
+  // overhead and spare string capacity. Includes the reply cache (its
+  // replies, key lists and index). Kept incrementally, O(1).
   std::size_t memoryBytes() const noexcept;
 
  private:

@@ -149,6 +149,11 @@ struct ServerCounters {
   std::uint64_t mux_channels_closed = 0;
   std::uint64_t mux_channels_open = 0;
   std::uint64_t mux_channels_refused = 0;
+  // Replies queued to a connection as a reference to a buffer built once
+  // for many (a cached MULTI_GET/GET reply, a relay's coalesced read), not
+  // copied (small ones, and replies to mux channels, are copied and not
+  // counted).
+  std::uint64_t shared_replies = 0;
   // Relay mode (ServerOptions::upstream; all 0 otherwise). Requests sent on
   // their client's own channel; ADDs answered from a combined upstream ADD
   // (and those upstream ADDs); reads answered from a shared upstream read

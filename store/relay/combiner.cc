@@ -157,7 +157,7 @@ void Combiner::onData(std::uint32_t channel, std::string_view payload) {
     if (!s->ops.empty() && s->ops.front() == id) s->ops.pop_front();
   }
   // `s` may move from here on (finish() can re-enter offer() and send()).
-  for (const auto& [id, bytes] : done) finish(id, bytes);
+  for (auto& [id, bytes] : done) finish(id, std::move(bytes));
   if (!ok) {
     relay_.dropLink(Status::protocolError(
         "a shared reply from the upstream could not be decoded"));
@@ -175,7 +175,7 @@ void Combiner::addDone(const std::string& key) {
   }
 }
 
-void Combiner::finish(std::uint64_t id, std::string_view reply) {
+void Combiner::finish(std::uint64_t id, std::string reply) {
   auto it = in_flight_.find(id);
   if (it == in_flight_.end()) return;
   Op op = std::move(it->second);
@@ -197,9 +197,11 @@ void Combiner::finish(std::uint64_t id, std::string_view reply) {
     }
     return;
   }
+  // Built once: every caller's outbox references the same bytes.
+  const SharedBytes shared = SharedBytes::adopt(std::move(reply));
   for (const Caller& c : op.callers) {
     fx.clear();
-    fx.send(c.conn, reply);
+    fx.sendShared(c.conn, shared);
     relay_.host().complete(c.conn, Status::ok(), fx);
   }
 }

@@ -14,7 +14,8 @@
 //    in one batch are sent once and every caller gets the reply. A request
 //    is never attached to an upstream request sent before it arrived, so
 //    each caller's read happens inside its own request-reply interval
-//    (linearizable). The reply bytes are copied to each caller.
+//    (linearizable). The reply is one shared buffer (store/shared_bytes.h)
+//    that every caller's outbox references, never copied per caller.
 // A batch of one request goes out on the caller's own channel instead.
 //
 // Only requests of a client that owes no tunneled reply are offered (the
@@ -82,7 +83,7 @@ class Combiner {
   };
 
   void send(std::uint64_t id);
-  void finish(std::uint64_t id, std::string_view reply);
+  void finish(std::uint64_t id, std::string reply);
   void fail(const Op& op, const Status& st);
   // A channel of the pool for the next op: one with nothing in flight, a
   // new one while the pool is under kMaxShared, else the least busy.

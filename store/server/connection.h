@@ -118,6 +118,11 @@ class Connection final : public Endpoint {
   void send(std::string_view head, std::string_view body, bool requested);
   // A reply, moved into the outbox without a copy.
   void sendOwned(std::string bytes) override;
+  // As send(), queueing a reference to the shared bytes (counted in
+  // shared_replies; a small range is copied). The output policy charges
+  // them to this connection by length, as if they were its own.
+  void sendShared(const store::SharedBytes& buf, std::size_t offset,
+                  std::size_t length, bool requested) override;
 
   // Decodes the buffered requests (if not paused, pending or closing) and
   // restarts reading if it had stopped. Throws std::bad_alloc.
@@ -177,6 +182,9 @@ class Connection final : public Endpoint {
   void checkOutput();
   // `n` bytes were appended to the outbox.
   void queued(std::size_t n);
+  // An unrequested push of `n` bytes must drop this client (it is behind
+  // while the server's output is past its budget): rejects it, true.
+  bool refusePush(std::size_t n) noexcept;
   void flush() noexcept;
   // The socket is writable: writes more of what the kernel did not take.
   void handleWritable() noexcept;

@@ -9,19 +9,22 @@ namespace tcpstore::server {
 
 // ---- Connection: output ----------------------------------------------------
 
+bool Connection::refusePush(std::size_t n) noexcept {
+  const OutputLimits& lim = set_.output_;
+  if (!dropUnrequestedPush(lim, set_.total_output_, unsentBytes(), n))
+    return false;
+  reject(set_.ctr_.rejected_slow_reader,
+         fmt::format("{} unsent bytes while the server's unsent output is "
+                     "past its budget of {} bytes",
+                     unsentBytes() + n, lim.total_budget));
+  return true;
+}
+
 void Connection::send(std::string_view head, std::string_view body,
                       bool requested) {
   if (closing_) return;
-  const OutputLimits& lim = set_.output_;
   const std::size_t n = head.size() + body.size();
-  if (!requested &&
-      dropUnrequestedPush(lim, set_.total_output_, unsentBytes(), n)) {
-    reject(set_.ctr_.rejected_slow_reader,
-           fmt::format("{} unsent bytes while the server's unsent output is "
-                       "past its budget of {} bytes",
-                       unsentBytes() + n, lim.total_budget));
-    return;
-  }
+  if (!requested && refusePush(n)) return;
   Outbox& out = busy().outbox;
   out.append(head);
   if (!body.empty()) out.append(body);
@@ -33,6 +36,21 @@ void Connection::sendOwned(std::string bytes) {
   const std::size_t n = bytes.size();
   busy().outbox.append(std::move(bytes));
   queued(n);
+}
+
+// A shared buffer is charged to each connection holding it by length (the
+// server's unsent output and this connection's cap), as if copied: the cap
+// measures how far this reader is behind, and the budget's drop of the
+// largest non-reader must lower the total by what it charged, whoever else
+// still holds the buffer. So the charge can only be higher than the memory
+// really held, never lower.
+void Connection::sendShared(const store::SharedBytes& buf, std::size_t offset,
+                            std::size_t length, bool requested) {
+  if (closing_ || length == 0) return;
+  if (!requested && refusePush(length)) return;
+  busy().outbox.append(buf, offset, length);
+  if (length > Outbox::kCopySharedBytes) bump(set_.ctr_.shared_replies);
+  queued(length);
 }
 
 void Connection::queued(std::size_t n) {

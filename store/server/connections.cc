@@ -179,7 +179,7 @@ bool Connections::freeSome() noexcept {
     dead_chunks_.pop_back();
   }
   if (dead_chunks_.empty() && dead_chunks_.capacity() > 1024)
-    std::vector<std::string>().swap(dead_chunks_);
+    std::vector<OutChunk>().swap(dead_chunks_);
   return !dead_inputs_.empty() || !dead_chunks_.empty();
 }
 

@@ -221,7 +221,7 @@ class Connections {
   std::uint64_t input_total_ = 0;  // sum of connections' input capacities
   std::vector<ConnId> input_paused_ids_;           // may hold stale ids
   std::vector<InputBuffer::Storage> dead_inputs_;  // see freeLater()
-  std::vector<std::string> dead_chunks_;           // closed connections' output
+  std::vector<OutChunk> dead_chunks_;              // closed connections' output
   // Frees some of dead_inputs_ and dead_chunks_; true if some are left.
   bool freeSome() noexcept;
   uv_timer_t* hangup_timer_ = nullptr;  // runs while input is paused

@@ -63,6 +63,7 @@ ServerCounters Counters::snapshot() const noexcept {
                             ? c.mux_channels_opened - c.mux_channels_closed
                             : 0;
   c.mux_channels_refused = get(mux_channels_refused);
+  c.shared_replies = get(shared_replies);
   return c;
 }
 
@@ -91,9 +92,10 @@ std::string countersLine(const ServerCounters& c) {
       c.budget_refused, c.budget_dropped, c.budget_input_paused,
       c.memory_bytes);
   out += fmt::format(
-      " | mux conns={} channels opened={} closed={} open={} refused={}",
+      " | mux conns={} channels opened={} closed={} open={} refused={}"
+      " | shared_replies={}",
       c.mux_connections, c.mux_channels_opened, c.mux_channels_closed,
-      c.mux_channels_open, c.mux_channels_refused);
+      c.mux_channels_open, c.mux_channels_refused, c.shared_replies);
   return out;
 }
 

@@ -46,6 +46,7 @@ struct Counters {
   Counter mux_channels_opened{0};
   Counter mux_channels_closed{0};
   Counter mux_channels_refused{0};
+  Counter shared_replies{0};
 
   // One request of `cmd` was decoded.
   void countRequest(protocol::Command cmd) noexcept {

@@ -91,9 +91,9 @@ void Dispatcher::onRequest(Endpoint& c, const protocol::Request& req) {
   // one, or any reply to a client already behind by a large amount (one
   // that does not read), must fit under the soft line.
   if (isReadOnly(req.command) &&
-      (fx_.bytes().size() > kLargeRequestBytes ||
+      (fx_.sentBytes() > kLargeRequestBytes ||
        c.unsentBytes() > kLargeRequestBytes) &&
-      refusedForBudget(c, req, fx_.bytes().size(), true))
+      refusedForBudget(c, req, fx_.sentBytes(), true))
     return;  // the reply would cross the budget: nothing changed
   if (join != kNoCount) noteJoin(join, fx_, c.id());
   if (isWholeLargeReply(fx_, c.id())) {
@@ -109,7 +109,8 @@ bool Dispatcher::isWholeLargeReply(const Effects& fx, ConnId self) noexcept {
   if (fx.sends().size() != 1 || fx.bytes().size() <= kKeepEffectsBytes)
     return false;
   const Effects::Send& s = fx.sends().front();
-  return s.conn == self && s.offset == 0 && s.length == fx.bytes().size();
+  return s.conn == self && s.shared == 0 && s.offset == 0 &&
+         s.length == fx.bytes().size();
 }
 
 void Dispatcher::leaveDispatch() noexcept {
@@ -141,7 +142,11 @@ void Dispatcher::route(const Effects& fx, Endpoint* self) {
                       ? self
                       : conns_.findEndpoint(send.conn);
     if (t == nullptr) continue;
-    t->send(fx.bytesOf(send), t == self);
+    if (const store::SharedBytes* buf = fx.sharedOf(send)) {
+      t->sendShared(*buf, send.offset, send.length, t == self);
+    } else {
+      t->send(fx.bytesOf(send), t == self);
+    }
   }
 }
 

@@ -42,6 +42,14 @@ class Endpoint {
   // the buffer over (a large reply is then not copied again). Throws
   // std::bad_alloc.
   virtual void sendOwned(std::string bytes) { send(bytes, true); }
+  // As send(), for `length` bytes of the shared buffer `buf` from `offset`:
+  // a connection queues a reference to them, not a copy (the same buffer may
+  // go to many endpoints). This default copies (a mux channel prepends its
+  // frame header anyway). Throws std::bad_alloc.
+  virtual void sendShared(const store::SharedBytes& buf, std::size_t offset,
+                          std::size_t length, bool requested) {
+    send(buf.view().substr(offset, length), requested);
+  }
   // Bytes queued for this client and not yet written: how far behind its
   // reader is (the budget judges replies to clients far behind strictly).
   virtual std::size_t unsentBytes() const noexcept = 0;

@@ -35,6 +35,12 @@ store::KeyspaceOptions keyspaceOptions(const ServerOptions& o) noexcept {
                                       ? UINT64_MAX
                                       : o.limits.max_value_bytes + 8;
   ko.max_reply_bytes = std::max(two_caps, one_value);
+  // The reply cache is charged to the memory budget with the keyspace: at
+  // most 1/32 of it, so cached replies never crowd out stored data.
+  if (o.limits.max_memory_bytes > 0) {
+    ko.reply_cache_bytes =
+        std::min(ko.reply_cache_bytes, o.limits.max_memory_bytes / 32);
+  }
   return ko;
 }
 

@@ -30,7 +30,7 @@ constexpr std::size_t kMaxIov = 1024;
 #endif
 
 // Empties `chunks`, keeping a first chunk whose capacity is small.
-void release(std::vector<std::string>& chunks) noexcept {
+void release(std::vector<OutChunk>& chunks) noexcept {
   if (chunks.empty()) return;
   if (chunks.front().capacity() <= kKeepBytes) {
     chunks.front().clear();
@@ -38,12 +38,12 @@ void release(std::vector<std::string>& chunks) noexcept {
   } else {
     chunks.clear();
   }
-  if (chunks.capacity() > 64) std::vector<std::string>().swap(chunks);
+  if (chunks.capacity() > 64) std::vector<OutChunk>().swap(chunks);
 }
 
 // Drops the whole chunks of `chunks` that `skip` (bytes from the front,
 // less than their total) covers; returns the bytes written of the new first.
-std::size_t dropWritten(std::vector<std::string>& chunks, std::size_t skip) {
+std::size_t dropWritten(std::vector<OutChunk>& chunks, std::size_t skip) {
   std::size_t first = 0;
   while (skip >= chunks[first].size()) skip -= chunks[first++].size();
   chunks.erase(chunks.begin(),
@@ -54,14 +54,15 @@ std::size_t dropWritten(std::vector<std::string>& chunks, std::size_t skip) {
 
 void Outbox::append(std::string_view bytes) {
   if (bytes.empty()) return;
-  if (pending_.empty() || pending_.back().size() + bytes.size() > kChunkBytes) {
+  if (pending_.empty() || pending_.back().isShared() ||
+      pending_.back().size() + bytes.size() > kChunkBytes) {
     if (!pending_.empty() && pending_.back().empty()) {
       // The kept chunk: reuse it.
     } else {
       pending_.emplace_back();
     }
   }
-  pending_.back().append(bytes.data(), bytes.size());
+  pending_.back().own().append(bytes.data(), bytes.size());
   pending_bytes_ += bytes.size();
 }
 
@@ -72,17 +73,31 @@ void Outbox::append(std::string&& bytes) {
   }
   const std::size_t n = bytes.size();
   if (!pending_.empty() && pending_.back().empty()) {
-    pending_.back() = std::move(bytes);
+    pending_.back() = OutChunk(std::move(bytes));
   } else {
-    pending_.push_back(std::move(bytes));
+    pending_.emplace_back(std::move(bytes));
   }
   pending_bytes_ += n;
 }
 
-void Outbox::describe(const std::vector<std::string>& chunks,
+void Outbox::append(const store::SharedBytes& buf, std::size_t offset,
+                    std::size_t length) {
+  if (length <= kCopySharedBytes) {
+    append(buf.view().substr(offset, length));
+    return;
+  }
+  if (!pending_.empty() && pending_.back().empty()) {
+    pending_.back() = OutChunk(buf, offset, length);
+  } else {
+    pending_.emplace_back(buf, offset, length);
+  }
+  pending_bytes_ += length;
+}
+
+void Outbox::describe(const std::vector<OutChunk>& chunks,
                       std::size_t offset) {
   bufs_.clear();
-  for (const std::string& c : chunks) {
+  for (const OutChunk& c : chunks) {
     for (std::size_t at = offset; at < c.size(); at += kMaxBufBytes) {
       const std::size_t len = std::min(kMaxBufBytes, c.size() - at);
       bufs_.push_back(uv_buf_init(const_cast<char*>(c.data()) + at,
@@ -134,7 +149,7 @@ Outbox::Flushed Outbox::flush(int fd) {
   // The rest waits for writability: whole chunks, no copy. The first chunk
   // may be partly written.
   inflight_.clear();
-  for (std::string& c : pending_) inflight_.push_back(std::move(c));
+  for (OutChunk& c : pending_) inflight_.push_back(std::move(c));
   inflight_bytes_ = pending_bytes_ - f.written;
   inflight_skip_ = dropWritten(inflight_, f.written);
   pending_.clear();
@@ -154,19 +169,19 @@ Outbox::Flushed Outbox::writeMore(int fd) {
     writing_ = false;
     inflight_.clear();
     inflight_skip_ = 0;
-    if (inflight_.capacity() > 64) std::vector<std::string>().swap(inflight_);
+    if (inflight_.capacity() > 64) std::vector<OutChunk>().swap(inflight_);
     return f;
   }
   inflight_skip_ = dropWritten(inflight_, inflight_skip_ + f.written);
   return f;
 }
 
-void Outbox::takeChunks(std::vector<std::string>& dead) {
+void Outbox::takeChunks(std::vector<OutChunk>& dead) {
   dead.reserve(dead.size() + pending_.size() + inflight_.size());
-  for (std::string& c : pending_) dead.push_back(std::move(c));
+  for (OutChunk& c : pending_) dead.push_back(std::move(c));
   pending_.clear();
   pending_bytes_ = 0;
-  for (std::string& c : inflight_) dead.push_back(std::move(c));
+  for (OutChunk& c : inflight_) dead.push_back(std::move(c));
   inflight_.clear();
   inflight_bytes_ = 0;
   inflight_skip_ = 0;
@@ -176,9 +191,9 @@ void Outbox::takeChunks(std::vector<std::string>& dead) {
 void Outbox::shrink(std::size_t keep_bytes) noexcept {
   if (size() != 0 || writing_) return;
   if (!pending_.empty() && pending_.front().capacity() > keep_bytes)
-    std::vector<std::string>().swap(pending_);
-  if (pending_.capacity() > 4) std::vector<std::string>().swap(pending_);
-  if (inflight_.capacity() > 4) std::vector<std::string>().swap(inflight_);
+    std::vector<OutChunk>().swap(pending_);
+  if (pending_.capacity() > 4) std::vector<OutChunk>().swap(pending_);
+  if (inflight_.capacity() > 4) std::vector<OutChunk>().swap(inflight_);
   if (bufs_.capacity() > 64) std::vector<uv_buf_t>().swap(bufs_);
 }
 

@@ -13,7 +13,9 @@
 // kChunkBytes, a larger one (or a buffer handed over whole) is a chunk of
 // its own. So a large backlog never grows by doubling one buffer (copies of
 // tens of MiB), and what the kernel did not take moves to `inflight`
-// without a copy.
+// without a copy. A chunk may also reference a shared buffer
+// (store/shared_bytes.h: one reply queued to many connections): the outbox
+// then holds a reference to those bytes, never a copy.
 #pragma once
 
 #include <uv.h>
@@ -23,7 +25,47 @@
 #include <string_view>
 #include <vector>
 
+#include "store/shared_bytes.h"
+
 namespace tcpstore::server {
+
+// One piece of an outbox's bytes: owned bytes (a std::string, appended to
+// while it is the last pending chunk), or a range of a shared buffer
+// (never appended to). Moves cheaply; describe() reads data()/size().
+class OutChunk {
+ public:
+  OutChunk() = default;
+  explicit OutChunk(std::string bytes) noexcept : own_(std::move(bytes)) {}
+  OutChunk(store::SharedBytes buf, std::size_t offset,
+           std::size_t length) noexcept
+      : shared_(std::move(buf)), offset_(offset), length_(length) {}
+
+  const char* data() const noexcept {
+    return shared_ ? shared_.data() + offset_ : own_.data();
+  }
+  std::size_t size() const noexcept { return shared_ ? length_ : own_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  bool isShared() const noexcept { return static_cast<bool>(shared_); }
+  // Bytes this chunk keeps alive: its own capacity, or the shared range
+  // (the buffer itself may outlive it).
+  std::size_t capacity() const noexcept {
+    return own_.capacity() + (shared_ ? length_ : 0);
+  }
+  // Empties it as an owned chunk (keeping its own capacity).
+  void clear() noexcept {
+    own_.clear();
+    shared_.reset();
+    offset_ = length_ = 0;
+  }
+  // The owned bytes (append target); only for a chunk that is not shared.
+  std::string& own() noexcept { return own_; }
+
+ private:
+  std::string own_;
+  store::SharedBytes shared_;
+  std::size_t offset_ = 0;
+  std::size_t length_ = 0;
+};
 
 class Outbox {
  public:
@@ -44,6 +86,13 @@ class Outbox {
   // Moves `bytes` to the end (no copy when it is large). Throws
   // std::bad_alloc.
   void append(std::string&& bytes);
+  // Queues `length` bytes of `buf` from `offset` by reference (a small range
+  // is copied instead: a chunk of its own would cost more). Throws
+  // std::bad_alloc.
+  void append(const store::SharedBytes& buf, std::size_t offset,
+              std::size_t length);
+  // Ranges of a shared buffer at most this long are copied.
+  static constexpr std::size_t kCopySharedBytes = 512;
 
   struct Flushed {
     int error = 0;            // a libuv error: the connection must close
@@ -59,19 +108,19 @@ class Outbox {
   Flushed writeMore(int fd);
   // Closing: moves every chunk to `dead`, to be freed later. Throws
   // std::bad_alloc (then the chunks stay here).
-  void takeChunks(std::vector<std::string>& dead);
+  void takeChunks(std::vector<OutChunk>& dead);
   // Empty outbox kept for reuse: frees its chunks and scratch unless their
   // capacity is at most `keep_bytes`.
   void shrink(std::size_t keep_bytes) noexcept;
 
  private:
   // Fills bufs_ with the bytes of `chunks`, the first from `offset`.
-  void describe(const std::vector<std::string>& chunks, std::size_t offset);
+  void describe(const std::vector<OutChunk>& chunks, std::size_t offset);
   // sendmsg of bufs_ (IOV_MAX at a time) until all or EAGAIN.
   Flushed send(int fd);
 
-  std::vector<std::string> pending_;   // not yet handed to the kernel
-  std::vector<std::string> inflight_;  // the rest of the last flush()
+  std::vector<OutChunk> pending_;   // not yet handed to the kernel
+  std::vector<OutChunk> inflight_;  // the rest of the last flush()
   std::size_t pending_bytes_ = 0;
   std::size_t inflight_bytes_ = 0;
   std::size_t inflight_skip_ = 0;  // bytes of inflight_[0] already written

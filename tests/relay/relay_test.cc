@@ -305,6 +305,49 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "relay: a coalesced read's reply is one shared buffer for all its "
+    "callers") {
+  // Many connections send the same MULTI_GET back to back, so the relay
+  // batches several in one turn and answers them from one upstream read:
+  // each of those callers' outboxes references the one reply (counted in the
+  // relay's shared_replies, exactly once per coalesced caller: the reply is
+  // over the outbox's copy threshold), and each gets the exact bytes.
+  namespace v2 = tcpstore::test::v2;
+  using tcpstore::test::byte;
+  using tcpstore::test::RawConn;
+  using tcpstore::test::str;
+  using tcpstore::test::u64le;
+  Pair p = startPair();
+  Client setter = connectTo(p.upstream->port());
+  std::string want;
+  std::string msg = byte(v2::kMultiGet) + u64le(8);
+  for (int i = 0; i < 8; ++i) {
+    const std::string v(1500, static_cast<char>('a' + i));
+    REQUIRE(setter.set("fan" + std::to_string(i), v));
+    want += str(v);
+    msg += str("/fan" + std::to_string(i));  // the client prefixes "/"
+  }
+  constexpr int kConns = 32;
+  std::vector<RawConn> conns;
+  for (int i = 0; i < kConns; ++i) {
+    conns.push_back(RawConn::connect(p.relay->port()));
+    REQUIRE(conns.back().handshake());
+  }
+  const auto deadline = Clock::now() + scaled(20s);
+  int rounds = 0;
+  while (p.relay->counters().relay_coalesced == 0 && Clock::now() < deadline &&
+         rounds < 200) {
+    ++rounds;
+    for (RawConn& c : conns) REQUIRE(c.send(msg));
+    for (RawConn& c : conns) REQUIRE(c.recv(want.size()) == want);
+  }
+  const auto c = p.relay->counters();
+  MESSAGE("coalesced " << c.relay_coalesced << " in " << rounds << " rounds");
+  REQUIRE(c.relay_coalesced > 0);
+  CHECK(c.shared_replies == c.relay_coalesced);
+}
+
+TEST_CASE(
     "relay: GETs of a missing key sent together fail alone, GETs beside them "
     "are answered") {
   // Four connections send their GET at once, so the relay usually batches
