@@ -173,6 +173,13 @@ void Connection::handleEof() {
     fail(set_.ctr_.rejected_protocol, r.error.message());
     return;
   }
+  // A backend with replies still owed (a relay's, in flight upstream) holds
+  // the connection pending; resume() judges the EOF again once they are out.
+  if (!mux_ && set_.handler_->onPeerEof(*this)) {
+    eof_ = true;
+    updateReading();
+    return;
+  }
   set_.log_.log(LogLevel::kDebug, fmt::format("connection {} from {} closed "
                                               "by peer",
                                               id_, peerName()));

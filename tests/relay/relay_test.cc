@@ -702,3 +702,46 @@ TEST_CASE(
   MESSAGE("5 WAITs (2 of 2.x, 3 of 1.13) at the relay, " << up << " upstream");
   CHECK(up <= 2);
 }
+
+TEST_CASE(
+    "relay: a client that half-closes after a pipelined batch gets every "
+    "reply and its writes are applied, behind a relay that holds them") {
+  // front (no combining: it tunnels the batch at once) -> middle (combines:
+  // the channel's ADD is pending there, the SET behind it queued) ->
+  // upstream. The client's EOF must not end its channel at the middle
+  // before the queued SET has run, nor before the ADD's reply is back.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  r.upstream_combine = false;
+  ScopedServer front = ScopedServer::start(r);
+  using namespace tcpstore::test;
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    const std::string k = "/hc-add-" + std::to_string(round);
+    const std::string w =
+        "hc-set-" + std::to_string(round);  // "/" + w on the wire
+    RawConn c = RawConn::connect(front->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    // One reply owed: the front does not hold the client (a second one
+    // could, see overOutput()), so it sees the EOF with the ADD in flight.
+    REQUIRE(c.send(byte(v2::kAdd) + str(k) + i64le(5) + byte(v2::kSet) +
+                   str("/" + w) + str("written")));
+    c.shutdownWrite();
+    std::string got;
+    CHECK(c.waitClosed(&got));
+    CHECK(toHex(got) == toHex(i64le(5)));
+    // Closed only once the upstream applied everything: no wait needed.
+    Client direct = connectTo(p.upstream->port());
+    auto v = direct.get(w);  // the client adds torch's "/"
+    REQUIRE_MESSAGE(v.has_value(), v.error().toString());
+    CHECK(*v == "written");
+  }
+  const auto m = p.relay->counters();
+  CHECK(m.relay_combined + m.relay_tunneled > 0);
+  CHECK(front->stop().isOk());
+}
