@@ -139,6 +139,13 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
   return Outcome::kDone;
 }
 
+std::size_t RelayBackend::memoryBytes() const noexcept {
+  // A client: its record, its tracker, two hash table entries.
+  constexpr std::size_t kClientBytes = sizeof(Client) + 128;
+  return waits_->memoryBytes() + combiner_->memoryBytes() +
+         clients_.size() * kClientBytes + link_.backlog();
+}
+
 bool RelayBackend::overOutput(ConnId conn, const Client& c) const noexcept {
   if (c.tracker.lost()) return false;  // it knows nothing of the replies
   // WAIT/BARRIER bytes are not counted: one byte each, and they may wait

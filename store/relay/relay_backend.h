@@ -69,6 +69,10 @@ class RelayBackend final : public Backend, private LinkHandler {
   // by the upstream: its loss closes the client as any loss does.
   bool peerHalfClosed(ConnId conn) override;
   void close() override;
+  // What the relay holds on the heap: shared WAITs' key lists, combined ops
+  // in flight, its clients' records and the frames not yet written
+  // upstream (an estimate, O(1)).
+  std::size_t memoryBytes() const noexcept override;
 
   const RelayCounters& counters() const noexcept { return counters_; }
   const RelayOptions& options() const noexcept { return options_; }

@@ -75,7 +75,7 @@ class ReplyTracker {
   std::size_t need_ = 1;  // bytes of buf_ before decoding again
   bool lost_ = false;
   bool settled_ = true;
-  std::size_t waits_ = 0;  // entries of q_ that are isWait()
+  std::size_t waits_ = 0;            // entries of q_ that are isWait()
   std::uint64_t seq_ = 0;            // requests expect()ed so far
   std::uint64_t unsettled_seq_ = 0;  // seq of the last reply-less request
   protocol::Reply scratch_;

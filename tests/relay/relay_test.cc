@@ -745,3 +745,39 @@ TEST_CASE(
   CHECK(m.relay_combined + m.relay_tunneled > 0);
   CHECK(front->stop().isOk());
 }
+
+TEST_CASE(
+    "relay: the key lists of shared WAITs count in the relay's memory budget") {
+  Pair p = startPair();
+  using namespace tcpstore::test;
+  const auto gauge = [&] { return p.relay->counters().memory_bytes; };
+  RawConn poke = RawConn::connect(p.relay->port());
+  REQUIRE(poke.handshake());
+  REQUIRE(pingFence(poke));
+  const std::uint64_t base = gauge();
+  constexpr int kWaiters = 4;
+  constexpr int kKeys = 20000;
+  std::uint64_t request_bytes = 0;
+  std::vector<RawConn> waiters;
+  for (int w = 0; w < kWaiters; ++w) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < kKeys; ++i)
+      keys.push_back("/mem/" + std::to_string(w) + "/" + std::to_string(i));
+    std::string wait = byte(v2::kWait) + u64le(keys.size());
+    for (const std::string& k : keys) wait += str(k);
+    request_bytes += wait.size();
+    RawConn c = RawConn::connect(p.relay->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    REQUIRE(c.send(wait));
+    waiters.push_back(std::move(c));
+  }
+  // Every WAIT is in a group (and sent upstream) once the relay counts it.
+  CHECK(eventually(
+      [&] { return p.relay->counters().relay_shared_waits == kWaiters; }));
+  CHECK(eventually([&] { return gauge() >= base + request_bytes; }));
+  MESSAGE("relay memory gauge " << base << " -> " << gauge() << " for "
+                                << request_bytes << " bytes of WAITs");
+  waiters.clear();  // the callers leave: the groups go
+  CHECK(eventually([&] { return gauge() < base + request_bytes / 8; }));
+}
