@@ -95,8 +95,10 @@ class Backend {
   // may still complete; the host ignores that completion.
   virtual void disconnect(ConnId conn) = 0;
 
-  // The peer of `conn` half-closed (its EOF was read) after its last
-  // request: every request it sent has been submitted and none is pending.
+  // The peer of `conn` will be read no more: it half-closed (its EOF was
+  // read) after its last request, or its input broke a rule and the server
+  // closes it once the replies owed for its earlier requests are out. Every
+  // request it sent that will be served has been submitted; none is pending.
   //  - false: the backend owes `conn` nothing more (every reply it will ever
   //    send has been routed); the server closes `conn` once its output is
   //    written. Backends that answer inside submit() always return false.

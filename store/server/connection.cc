@@ -362,7 +362,18 @@ void Connection::drop(std::string_view reason) noexcept {
 
 void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   if (closing_ || failed_) return;
-  if (outbox_.size() == 0 || set_.stopping_) {
+  // A backend with replies still owed for earlier requests (a relay's, in
+  // flight upstream) holds the connection pending until they are routed,
+  // as at a half-close.
+  const bool owed = [&]() noexcept {
+    if (set_.stopping_ || mux_ || pending_) return false;
+    try {
+      return set_.handler_->onPeerEof(*this);
+    } catch (...) {
+      return false;
+    }
+  }();
+  if ((outbox_.size() == 0 && !owed) || set_.stopping_) {
     reject(counter, reason);
     return;
   }

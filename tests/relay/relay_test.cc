@@ -781,3 +781,29 @@ TEST_CASE(
   waiters.clear();  // the callers leave: the groups go
   CHECK(eventually([&] { return gauge() < base + request_bytes / 8; }));
 }
+
+TEST_CASE(
+    "relay: the reply owed before a protocol error arrives before the close") {
+  // The ADD's reply is still upstream when the relay decodes the bad bytes
+  // behind it in the same write: the relay must not close the client before
+  // that reply is delivered (a server writes it, then closes).
+  Pair p = startPair();
+  using namespace tcpstore::test;
+  Client setter = connectTo(p.upstream->port());
+  REQUIRE(setter.set("owed-text", "abc"));
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    RawConn c = RawConn::connect(p.relay->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    const std::string add = byte(v2::kAdd) + str("/owed-k") + i64le(1);
+    const std::string bad = round % 2 == 0
+                                ? byte(0x7f)  // no such command
+                                : byte(v2::kAdd) + str("/owed-text") + i64le(1);
+    REQUIRE(c.send(add + bad));
+    std::string got;
+    CHECK(c.waitClosed(&got));
+    REQUIRE(got.size() == 8);
+    CHECK(loadU64le(got) == static_cast<std::uint64_t>(round + 1));
+  }
+}
