@@ -123,16 +123,20 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     ensureChannel(conn, c, Dialect::kV2);  // a lone request goes out on it
     return Outcome::kPending;
   }
+  const std::size_t backlog_before = link_.backlog();
   if (Status st = tunnel(conn, req); !st.isOk()) return st;
+  const bool large = link_.backlog() - backlog_before >= kLargeFrameBytes;
   if (overOutput(conn, c)) {
     // Its next request waits until it has read enough and the replies in
     // flight have come back (onPrepare), as a server pauses its connection.
     held_.push_back(conn);
     return Outcome::kPending;
   }
-  if (link_.backlog() > kMaxBacklogBytes) {
-    // The upstream takes less than the clients send: this client's next
-    // request waits until the backlog has drained to half (onCheck).
+  if (link_.backlog() > kMaxBacklogBytes ||
+      (large && link_.backlog() > kLargeBacklogBytes)) {
+    // The upstream takes less than the clients send (or this client sends
+    // large requests, which others' requests would queue behind): its next
+    // request waits until the backlog has drained (onCheck).
     stalled_.push_back(conn);
     return Outcome::kPending;
   }
@@ -286,7 +290,7 @@ void RelayBackend::onCheck(uv_check_t* check) noexcept {
     b->link_.drop(Status::ioError("out of memory while combining"));
   }
   b->link_.flush();
-  if (!b->stalled_.empty() && b->link_.backlog() <= kMaxBacklogBytes / 2) {
+  if (!b->stalled_.empty() && b->link_.backlog() <= kLargeBacklogBytes / 2) {
     std::vector<ConnId> resume = std::move(b->stalled_);
     b->stalled_.clear();
     for (ConnId conn : resume)

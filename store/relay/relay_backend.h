@@ -146,7 +146,8 @@ class RelayBackend final : public Backend, private LinkHandler {
   // (after their last DATA has been flushed).
   std::vector<std::pair<ConnId, std::string>> to_close_;
   // Clients left pending because the upstream write backlog was over
-  // kMaxBacklogBytes; completed once it has drained to half.
+  // kMaxBacklogBytes (or kLargeBacklogBytes after a large request of
+  // theirs); completed once it has drained to kLargeBacklogBytes / 2.
   std::vector<ConnId> stalled_;
   // Clients left pending because overOutput(); completed by onPrepare once
   // their output and replies in flight are back under the cap.
@@ -162,6 +163,12 @@ class RelayBackend final : public Backend, private LinkHandler {
   // request is held (kPending) until they drain: bounds the relay's memory
   // when clients send faster than the upstream takes.
   static constexpr std::size_t kMaxBacklogBytes = 64u << 20;
+  // A request whose frame is this large holds its client while the backlog
+  // is over kLargeBacklogBytes: one client storing large values cannot put
+  // tens of MiB ahead of every other client's small requests (they share
+  // the one upstream connection, in order).
+  static constexpr std::size_t kLargeFrameBytes = 1u << 20;
+  static constexpr std::size_t kLargeBacklogBytes = 4u << 20;
 };
 
 }  // namespace tcpstore::store::relay
