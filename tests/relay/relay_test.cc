@@ -807,3 +807,39 @@ TEST_CASE(
     CHECK(loadU64le(got) == static_cast<std::uint64_t>(round + 1));
   }
 }
+
+TEST_CASE(
+    "relay: a half-closed client's unreleased WAIT ends with it, as on a "
+    "server") {
+  // A server closes a half-closed connection once its replies are written;
+  // a WAIT not yet released is forgotten (no STOP_WAITING follows). Through
+  // two relays the same: the SET before it is applied, the client closed.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  ScopedServer front = ScopedServer::start(r);
+  using namespace tcpstore::test;
+  RawConn c = RawConn::connect(front->port());
+  REQUIRE(c.ok());
+  REQUIRE(c.handshake());
+  REQUIRE(c.send(byte(v2::kSet) + str("/hcw") + str("v") +
+                 keysMsg(v2::kWait, {"/hcw-never"})));
+  c.shutdownWrite();
+  std::string got;
+  CHECK(c.waitClosed(&got));
+  CHECK(got.empty());
+  Client direct = connectTo(p.upstream->port());
+  auto v = direct.get("hcw");
+  REQUIRE(v.has_value());
+  CHECK(*v == "v");
+  // Nothing is left waiting upstream: setting the key wakes nobody.
+  REQUIRE(direct.set("hcw-never", "x"));
+  CHECK(eventually([&] {
+    return p.upstream->counters().mux_channels_open <= 2 &&
+           front->counters().connections_open == 0;
+  }));
+  CHECK(front->stop().isOk());
+}
