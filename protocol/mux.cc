@@ -18,12 +18,14 @@ std::string_view frameTypeName(FrameType t) noexcept {
       return "DATA";
     case FrameType::kClosed:
       return "CLOSED";
+    case FrameType::kShutdown:
+      return "SHUTDOWN";
   }
   return "?";
 }
 
 namespace {
-bool knownType(std::uint8_t t) noexcept { return t >= 0x01 && t <= 0x05; }
+bool knownType(std::uint8_t t) noexcept { return t >= 0x01 && t <= 0x06; }
 }  // namespace
 
 FrameDecodeResult decodeFrame(std::string_view in,
@@ -61,10 +63,11 @@ FrameDecodeResult decodeFrame(std::string_view in,
     r.error = fmt::format("OPEN frame payload of {} bytes (must be 1)", length);
     return r;
   }
-  if (type == FrameType::kClose && length != 0) {
+  if ((type == FrameType::kClose || type == FrameType::kShutdown) &&
+      length != 0) {
     r.status = FrameDecodeResult::kError;
-    r.error =
-        fmt::format("CLOSE frame payload of {} bytes (must be 0)", length);
+    r.error = fmt::format("{} frame payload of {} bytes (must be 0)",
+                          frameTypeName(type), length);
     return r;
   }
   const std::size_t total = kFrameHeaderBytes + std::size_t{length};

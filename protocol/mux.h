@@ -20,7 +20,15 @@
 //   DATA   0x04 server->relay  the next bytes of the channel's reply stream
 //                               (any split: a reply may span frames)
 //   CLOSED 0x05 server->relay  UTF-8 reason: the server closed the channel
-//                               (its request broke a rule); no DATA follows
+//                               (its request broke a rule); no DATA follows.
+//                               Empty: the channel ended after SHUTDOWN,
+//                               every reply it was owed sent before it
+//   SHUTDOWN 0x06 relay->server empty: the client half-closed after its
+//                               last REQUEST. The server serves the channel
+//                               as a connection whose peer half-closed: its
+//                               requests are applied and answered, then
+//                               CLOSED (empty) ends it. No REQUEST follows
+//                               on the channel (CLOSE may)
 // clang-format on
 //
 // Channels: the relay numbers them with strictly increasing u32 values, from
@@ -51,6 +59,7 @@ enum class FrameType : std::uint8_t {
   kClose = 0x03,
   kData = 0x04,
   kClosed = 0x05,
+  kShutdown = 0x06,
 };
 std::string_view frameTypeName(FrameType t) noexcept;  // "OPEN", ...
 

@@ -48,6 +48,13 @@ class BackendHost {
   // called from the backend's own timer.
   virtual void close(ConnId conn, const Status& why) = 0;
 
+  // Bytes queued for `conn` and not yet written to it (0 if it is closed, or
+  // if its bytes go to a connection shared with others: a relay's channel).
+  // How far behind its reader is: a backend that answers later uses it to
+  // stop taking requests that would produce more than the connection's
+  // output cap (a relay with replies in flight).
+  virtual std::size_t unsentBytes(ConnId /*conn*/) const noexcept { return 0; }
+
  protected:
   ~BackendHost() = default;
 };
@@ -87,6 +94,20 @@ class Backend {
   // `conn` closed: forget its waits and watches. A pending request of it
   // may still complete; the host ignores that completion.
   virtual void disconnect(ConnId conn) = 0;
+
+  // The peer of `conn` will be read no more: it half-closed (its EOF was
+  // read) after its last request, or its input broke a rule and the server
+  // closes it once the replies owed for its earlier requests are out. Every
+  // request it sent that will be served has been submitted; none is pending.
+  //  - false: the backend owes `conn` nothing more (every reply it will ever
+  //    send has been routed); the server closes `conn` once its output is
+  //    written. Backends that answer inside submit() always return false.
+  //  - true: replies are still owed (a relay's replies in flight upstream).
+  //    `conn` is then pending: the backend calls host.complete(conn, OK, fx)
+  //    exactly once when it has delivered them all (the server then asks
+  //    again), or closes `conn` (e.g. its upstream is lost). The wait must be
+  //    bounded by something the backend watches, never by the peer.
+  virtual bool peerHalfClosed(ConnId /*conn*/) { return false; }
 
   // Starts shutdown on the loop thread: cancel outstanding work and close
   // the backend's own loop handles. No submit() follows.

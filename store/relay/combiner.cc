@@ -93,8 +93,7 @@ void Combiner::flush() {
     const std::uint64_t n = next_op_++;
     bumpRelay(ctr.upstream_reads);
     bumpRelay(ctr.coalesced, op.callers.size());
-    in_flight_.emplace(n, std::move(op));
-    send(n);
+    launch(n, std::move(op));
   }
   for (std::string& id : dirty) {
     auto it = adds_.find(id);
@@ -131,8 +130,7 @@ void Combiner::flush() {
     const std::uint64_t n = next_op_++;
     bumpRelay(ctr.upstream_adds);
     bumpRelay(ctr.combined, op.callers.size());
-    in_flight_.emplace(n, std::move(op));
-    send(n);
+    launch(n, std::move(op));
   }
   // Lone requests last: their completions may re-enter offer().
   for (auto& [conn, op] : alone) sendAlone(conn, op, op.sum);
@@ -175,11 +173,26 @@ void Combiner::addDone(const std::string& key) {
   }
 }
 
+void Combiner::launch(std::uint64_t n, Op op) {
+  op.charged = sizeof(Op) + 64 + op.request.capacity() + op.key.capacity() +
+               op.callers.capacity() * sizeof(Caller);
+  bytes_ += op.charged;
+  in_flight_.emplace(n, std::move(op));
+  send(n);
+}
+
+Combiner::Op Combiner::retire(
+    std::unordered_map<std::uint64_t, Op>::iterator it) {
+  Op op = std::move(it->second);
+  in_flight_.erase(it);
+  bytes_ -= op.charged;
+  return op;
+}
+
 void Combiner::finish(std::uint64_t id, std::string reply) {
   auto it = in_flight_.find(id);
   if (it == in_flight_.end()) return;
-  Op op = std::move(it->second);
-  in_flight_.erase(it);
+  Op op = retire(it);
   relay_.flushDeliveries();
   Effects fx;
   if (op.command == Command::kAdd) {
@@ -227,8 +240,7 @@ void Combiner::onClosed(std::uint32_t channel, std::string_view reason) {
   }
   auto it = in_flight_.find(bad);
   if (it != in_flight_.end()) {
-    Op op = std::move(it->second);
-    in_flight_.erase(it);
+    Op op = retire(it);
     if (op.command == Command::kAdd) addDone(op.key);
     fail(op, Status::closed(std::string(reason)));
   }
@@ -239,6 +251,7 @@ void Combiner::onLinkDown(const Status& why) {
   std::vector<Op> victims;
   for (auto& [id, op] : in_flight_) victims.push_back(std::move(op));
   in_flight_.clear();
+  bytes_ = 0;
   for (auto& [id, op] : reads_) victims.push_back(std::move(op));
   reads_.clear();
   for (auto& [id, g] : adds_) {

@@ -57,6 +57,9 @@ class Combiner {
   void onClosed(std::uint32_t channel, std::string_view reason);
   // The link is gone: every caller waiting here gets `why`.
   void onLinkDown(const Status& why);
+  // Heap bytes of the ops in flight (requests, callers), an estimate,
+  // O(1), charged to the server's memory budget through the relay.
+  std::size_t memoryBytes() const noexcept { return bytes_; }
 
  private:
   struct Caller {
@@ -71,6 +74,7 @@ class Combiner {
     std::string request;      // the encoded request (for a re-send)
     std::int64_t sum = 0;
     std::vector<Caller> callers;
+    std::size_t charged = 0;  // added to bytes_ while in in_flight_
   };
   struct AddGroup {
     std::vector<Caller> next;
@@ -92,6 +96,10 @@ class Combiner {
   void sendAlone(ConnId conn, const Op& op, std::int64_t delta);
   // The combined ADD of `key` is answered (or failed): its next batch may go.
   void addDone(const std::string& key);
+  // Puts `op` in flight as op `n` (charged to bytes_) and sends it.
+  void launch(std::uint64_t n, Op op);
+  // Takes op `it` out of in_flight_ (uncharged).
+  Op retire(std::unordered_map<std::uint64_t, Op>::iterator it);
 
   RelayBackend& relay_;
   // Batches of this turn, by identity: the encoded request (reads) or the
@@ -107,6 +115,7 @@ class Combiner {
   static constexpr std::size_t kMaxShared = 64;
   std::vector<Shared> shared_;
   std::string scratch_;
+  std::size_t bytes_ = 0;  // ops in in_flight_
 };
 
 }  // namespace tcpstore::store::relay

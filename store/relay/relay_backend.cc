@@ -1,5 +1,6 @@
 #include "store/relay/relay_backend.h"
 
+#include <algorithm>
 #include <new>
 #include <unordered_set>
 
@@ -31,6 +32,10 @@ Status RelayBackend::open(BackendHost& host, uv_loop_s* loop) {
   uv_check_init(loop_, check_);
   check_->data = this;
   uv_check_start(check_, &RelayBackend::onCheck);
+  prepare_ = new uv_prepare_t;
+  uv_prepare_init(loop_, prepare_);
+  prepare_->data = this;
+  uv_prepare_start(prepare_, &RelayBackend::onPrepare);
   close_timer_ = new uv_timer_t;
   uv_timer_init(loop_, close_timer_);
   close_timer_->data = this;
@@ -50,6 +55,10 @@ void RelayBackend::close() {
     uv_close(reinterpret_cast<uv_handle_t*>(check_), &onHandleClosed);
     check_ = nullptr;
   }
+  if (prepare_ != nullptr) {
+    uv_close(reinterpret_cast<uv_handle_t*>(prepare_), &onHandleClosed);
+    prepare_ = nullptr;
+  }
   if (close_timer_ != nullptr) {
     uv_close(reinterpret_cast<uv_handle_t*>(close_timer_), &onHandleClosed);
     close_timer_ = nullptr;
@@ -59,6 +68,8 @@ void RelayBackend::close() {
 void RelayBackend::onHandleClosed(uv_handle_t* h) noexcept {
   if (h->type == UV_CHECK) {
     delete reinterpret_cast<uv_check_t*>(h);
+  } else if (h->type == UV_PREPARE) {
+    delete reinterpret_cast<uv_prepare_t*>(h);
   } else {
     delete reinterpret_cast<uv_timer_t*>(h);
   }
@@ -112,14 +123,60 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     ensureChannel(conn, c, Dialect::kV2);  // a lone request goes out on it
     return Outcome::kPending;
   }
+  const std::size_t backlog_before = link_.backlog();
   if (Status st = tunnel(conn, req); !st.isOk()) return st;
-  if (link_.backlog() > kMaxBacklogBytes) {
-    // The upstream takes less than the clients send: this client's next
-    // request waits until the backlog has drained to half (onCheck).
+  const bool large = link_.backlog() - backlog_before >= kLargeFrameBytes;
+  if (overOutput(conn, c)) {
+    // Its next request waits until it has read enough and the replies in
+    // flight have come back (onPrepare), as a server pauses its connection.
+    held_.push_back(conn);
+    return Outcome::kPending;
+  }
+  if (link_.backlog() > kMaxBacklogBytes ||
+      (large && link_.backlog() > kLargeBacklogBytes)) {
+    // The upstream takes less than the clients send (or this client sends
+    // large requests, which others' requests would queue behind): its next
+    // request waits until the backlog has drained (onCheck).
     stalled_.push_back(conn);
     return Outcome::kPending;
   }
   return Outcome::kDone;
+}
+
+std::size_t RelayBackend::memoryBytes() const noexcept {
+  // A client: its record, its tracker, two hash table entries.
+  constexpr std::size_t kClientBytes = sizeof(Client) + 128;
+  return waits_->memoryBytes() + combiner_->memoryBytes() +
+         clients_.size() * kClientBytes + link_.backlog();
+}
+
+bool RelayBackend::overOutput(ConnId conn, const Client& c) const noexcept {
+  if (c.tracker.lost()) return false;  // it knows nothing of the replies
+  // WAIT/BARRIER bytes are not counted: one byte each, and they may wait
+  // for a later request of this client (holding it could deadlock).
+  const std::size_t owed =
+      c.tracker.outstanding() - c.tracker.waitsOutstanding();
+  if (owed == 0) return false;
+  const std::uint64_t cap = options_.limits.max_buffered_output_bytes;
+  // No reply seen yet: assume each may be as large as half the cap.
+  const std::uint64_t est = c.reply_est > 0 ? c.reply_est : cap / 2 + 1;
+  const std::uint64_t inflight =
+      est > UINT64_MAX / owed ? UINT64_MAX : est * owed;
+  const std::uint64_t unsent = host_->unsentBytes(conn);
+  return inflight >= cap || unsent + inflight >= cap;
+}
+
+bool RelayBackend::peerHalfClosed(ConnId conn) {
+  auto it = clients_.find(conn);
+  if (it == clients_.end()) return false;
+  Client& c = *it->second;
+  // Nothing owed and every write known applied upstream: close as a server
+  // would (the disconnect's CLOSE forgets nothing the client is owed).
+  if (c.channel == 0 || c.doomed || !link_.up() || c.tracker.idle())
+    return false;
+  mux::appendFrame(link_.out(), mux::FrameType::kShutdown, c.channel, {});
+  c.half_closed = true;
+  return true;
 }
 
 // Which dialect a channel speaks: the keyspace's semantics and reply bytes
@@ -233,12 +290,47 @@ void RelayBackend::onCheck(uv_check_t* check) noexcept {
     b->link_.drop(Status::ioError("out of memory while combining"));
   }
   b->link_.flush();
-  if (!b->stalled_.empty() && b->link_.backlog() <= kMaxBacklogBytes / 2) {
+  if (!b->stalled_.empty() && b->link_.backlog() <= kLargeBacklogBytes / 2) {
     std::vector<ConnId> resume = std::move(b->stalled_);
     b->stalled_.clear();
     for (ConnId conn : resume)
       b->host_->complete(conn, Status::ok(), Effects());
+    b->link_.flush();  // what they sent
   }
+}
+
+// Before the loop waits for events, after this turn's output was written:
+// a held client's unsent bytes are known then, and what it sends once
+// resumed is written before the loop blocks.
+void RelayBackend::onPrepare(uv_prepare_t* prepare) noexcept {
+  auto* b = static_cast<RelayBackend*>(prepare->data);
+  if (b->held_.empty()) return;
+  b->resumeHeld();
+  try {
+    b->combiner_->flush();
+    b->waits_->flush();
+  } catch (...) {
+    b->link_.drop(Status::ioError("out of memory while combining"));
+  }
+  b->link_.flush();
+}
+
+void RelayBackend::resumeHeld() noexcept {
+  if (held_.empty()) return;
+  std::vector<ConnId> held = std::move(held_);
+  held_.clear();
+  std::vector<ConnId> resume;
+  try {
+    for (ConnId conn : held) {
+      auto it = clients_.find(conn);
+      if (it == clients_.end()) continue;  // gone
+      (overOutput(conn, *it->second) ? held_ : resume).push_back(conn);
+    }
+  } catch (...) {  // out of memory: let them all go on
+    resume = std::move(held);
+    held_.clear();
+  }
+  for (ConnId conn : resume) host_->complete(conn, Status::ok(), Effects());
 }
 
 void RelayBackend::onCloseTimer(uv_timer_t* timer) noexcept {
@@ -288,11 +380,23 @@ bool RelayBackend::onFrame(const mux::Frame& f) {
       link_.drop(Status::ioError("out of memory relaying replies"));
       return true;
     }
-    c.tracker.feed(f.payload, [](const ReplyTracker::Done&) {});
+    c.tracker.feed(f.payload, [&c](const ReplyTracker::Done& d) {
+      c.reply_est = std::max<std::size_t>(
+          {d.bytes.size(), c.reply_est / 2, std::size_t{1}});
+    });
+    return true;
+  }
+  routes_.erase(it);
+  if (c.half_closed && f.payload.empty()) {
+    // The end of a half-closed client's channel: its DATA is all here.
+    // Deliver it, then let the server close the client once it is written.
+    c.channel = 0;
+    c.half_closed = false;
+    flushDeliveries();
+    host_->complete(conn, Status::ok(), Effects());
     return true;
   }
   // CLOSED: the client's request broke a rule upstream.
-  routes_.erase(it);
   c.channel = 0;
   c.doomed = true;
   c.tracker.markLost();
@@ -326,6 +430,7 @@ void RelayBackend::onLinkDown(const Status& why) {
   }
   to_close_.clear();
   stalled_.clear();  // they have channels: closed below
+  held_.clear();
   const Status st = Status::closed("lost the upstream " + link_.name() + ": " +
                                    why.message());
   for (ConnId conn : victims) host_->close(conn, st);

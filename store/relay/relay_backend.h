@@ -15,6 +15,10 @@
 // replies in its request order. Identical WAITs of idle clients share one
 // upstream WAIT (wait_share.h).
 //
+// A client that half-closes gets every reply still in flight (SHUTDOWN, see
+// peerHalfClosed()); a client whose replies in flight would overshoot its
+// output cap is held (kPending) like a paused connection on a server.
+//
 // Upstream loss: every client with a channel is closed (its requests may or
 // may not have been applied: a clean error, never a guessed reply), new
 // requests are refused (closed) until the link is back; the link reconnects
@@ -59,7 +63,16 @@ class RelayBackend final : public Backend, private LinkHandler {
   Result<Outcome> submit(ConnId conn, const protocol::Request& req,
                          Effects& fx) override;
   void disconnect(ConnId conn) override;
+  // A client with replies in flight (or writes not yet known applied) gets
+  // SHUTDOWN on its channel and stays pending until the upstream's empty
+  // CLOSED: every reply a server would send it is delivered first. Bounded
+  // by the upstream: its loss closes the client as any loss does.
+  bool peerHalfClosed(ConnId conn) override;
   void close() override;
+  // What the relay holds on the heap: shared WAITs' key lists, combined ops
+  // in flight, its clients' records and the frames not yet written
+  // upstream (an estimate, O(1)).
+  std::size_t memoryBytes() const noexcept override;
 
   const RelayCounters& counters() const noexcept { return counters_; }
   const RelayOptions& options() const noexcept { return options_; }
@@ -88,7 +101,11 @@ class RelayBackend final : public Backend, private LinkHandler {
   struct Client {
     explicit Client(const protocol::Limits& l) : tracker(l) {}
     protocol::Dialect dialect = protocol::Dialect::kV2;  // of `channel`
-    bool doomed = false;  // the upstream closed its channel: closing
+    bool doomed = false;       // the upstream closed its channel: closing
+    bool half_closed = false;  // SHUTDOWN sent: pending until CLOSED
+    // Bytes expected per reply owed (0: none seen yet): the largest recent
+    // reply, halved by each smaller one. See overOutput().
+    std::size_t reply_est = 0;
     std::uint32_t channel = 0;
     ReplyTracker tracker;
   };
@@ -100,9 +117,16 @@ class RelayBackend final : public Backend, private LinkHandler {
   void onLinkUp() override;
 
   static void onCheck(uv_check_t* check) noexcept;
+  static void onPrepare(uv_prepare_t* prepare) noexcept;
+  // Completes the held_ clients no longer overOutput().
+  void resumeHeld() noexcept;
   static void onCloseTimer(uv_timer_t* timer) noexcept;
   static void onHandleClosed(uv_handle_t* h) noexcept;
   Client& ensureChannel(ConnId conn, Client& c, protocol::Dialect want);
+  // Whether `c`'s replies in flight, at their expected size, plus what the
+  // client has not read yet, reach its output cap: a server would have
+  // paused it (stopped decoding) before producing more.
+  bool overOutput(ConnId conn, const Client& c) const noexcept;
   Status downError() const;
 
   RelayOptions options_;
@@ -111,6 +135,7 @@ class RelayBackend final : public Backend, private LinkHandler {
   BackendHost* host_ = nullptr;
   uv_loop_t* loop_ = nullptr;
   uv_check_t* check_ = nullptr;
+  uv_prepare_t* prepare_ = nullptr;
   uv_timer_t* close_timer_ = nullptr;
   std::unordered_map<ConnId, std::unique_ptr<Client>> clients_;
   // Channel -> the client that owns it (kShared: the combiner's).
@@ -121,8 +146,12 @@ class RelayBackend final : public Backend, private LinkHandler {
   // (after their last DATA has been flushed).
   std::vector<std::pair<ConnId, std::string>> to_close_;
   // Clients left pending because the upstream write backlog was over
-  // kMaxBacklogBytes; completed once it has drained to half.
+  // kMaxBacklogBytes (or kLargeBacklogBytes after a large request of
+  // theirs); completed once it has drained to kLargeBacklogBytes / 2.
   std::vector<ConnId> stalled_;
+  // Clients left pending because overOutput(); completed by onPrepare once
+  // their output and replies in flight are back under the cap.
+  std::vector<ConnId> held_;
   std::unique_ptr<Combiner> combiner_;
   std::unique_ptr<WaitShare> waits_;
   bool closed_ = false;
@@ -134,6 +163,12 @@ class RelayBackend final : public Backend, private LinkHandler {
   // request is held (kPending) until they drain: bounds the relay's memory
   // when clients send faster than the upstream takes.
   static constexpr std::size_t kMaxBacklogBytes = 64u << 20;
+  // A request whose frame is this large holds its client while the backlog
+  // is over kLargeBacklogBytes: one client storing large values cannot put
+  // tens of MiB ahead of every other client's small requests (they share
+  // the one upstream connection, in order).
+  static constexpr std::size_t kLargeFrameBytes = 1u << 20;
+  static constexpr std::size_t kLargeBacklogBytes = 4u << 20;
 };
 
 }  // namespace tcpstore::store::relay

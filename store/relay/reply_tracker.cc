@@ -46,11 +46,13 @@ void ReplyTracker::expect(Command cmd, std::uint64_t count, std::uint64_t tag) {
                               ? 1
                               : 0;
   q_.push_back(Expect{seq_, Kind::kShape, shape, c, tag});
+  if (isWait(q_.back())) ++waits_;
 }
 
 void ReplyTracker::markLost() noexcept {
   lost_ = true;
   q_.clear();
+  waits_ = 0;
   buf_.clear();
   buf_.shrink_to_fit();
 }

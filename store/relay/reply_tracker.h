@@ -42,6 +42,9 @@ class ReplyTracker {
 
   // Replies owed and not yet complete (meaningless once lost()).
   std::size_t outstanding() const noexcept { return q_.size(); }
+  // Of those, WAIT and BARRIER bytes: they come when the keys exist, maybe
+  // only after a later request of the same client.
+  std::size_t waitsOutstanding() const noexcept { return waits_; }
   // Owes no reply, and every request sent without a reply (SET, APPEND,
   // MULTI_SET, QUEUE_PUSH) is known to be applied: a later reply on the
   // channel came back. Only then may the relay answer this client from
@@ -72,11 +75,17 @@ class ReplyTracker {
   std::size_t need_ = 1;  // bytes of buf_ before decoding again
   bool lost_ = false;
   bool settled_ = true;
+  std::size_t waits_ = 0;            // entries of q_ that are isWait()
   std::uint64_t seq_ = 0;            // requests expect()ed so far
   std::uint64_t unsettled_seq_ = 0;  // seq of the last reply-less request
   protocol::Reply scratch_;
+  static bool isWait(const Expect& e) noexcept {
+    return e.kind == Kind::kWaitOrCancel ||
+           (e.shape == protocol::ReplyShape::kByte && e.count == 1);
+  }
   void popFront() noexcept {
     if (q_.front().seq > unsettled_seq_) settled_ = true;
+    if (isWait(q_.front())) --waits_;
     q_.pop_front();
   }
 };

@@ -20,6 +20,7 @@ bool WaitShare::offer(ConnId conn, const protocol::Request& req) {
   if (!slot) {
     slot = std::make_unique<Group>();
     slot->request = scratch_;
+    bytes_ += groupBytes(*slot);
   }
   Group& g = *slot;
   const std::uint64_t ticket = next_ticket_++;
@@ -54,6 +55,7 @@ void WaitShare::closeChannel(Group& g) {
 void WaitShare::maybeErase(Group& g) {
   if (g.in_flight || g.live_sent > 0 || g.live_next > 0) return;
   closeChannel(g);
+  bytes_ -= groupBytes(g);
   const std::string key = g.request;
   groups_.erase(key);  // `g` is gone
 }
@@ -184,6 +186,7 @@ std::vector<ConnId> WaitShare::onLinkDown() {
   members_.clear();
   channels_.clear();
   groups_.clear();
+  bytes_ = 0;
   dirty_.clear();
   return callers;
 }

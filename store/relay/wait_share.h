@@ -62,6 +62,11 @@ class WaitShare {
   // The link is gone (its channels with it): forgets every group and
   // returns the callers, for the relay to close.
   std::vector<ConnId> onLinkDown();
+  // Heap bytes held for the groups' key lists and callers (an estimate,
+  // O(1)), charged to the server's memory budget through the relay.
+  std::size_t memoryBytes() const noexcept {
+    return bytes_ + members_.size() * kMemberBytes;
+  }
 
  private:
   struct Caller {
@@ -97,6 +102,13 @@ class WaitShare {
   std::vector<std::string> dirty_;
   std::uint64_t next_ticket_ = 1;
   std::string scratch_;
+  // The groups' encoded WAITs (their key lists) and the groups themselves.
+  std::size_t bytes_ = 0;
+  // A caller: its Member entry and its Caller in a group's list.
+  static constexpr std::size_t kMemberBytes = 96;
+  static std::size_t groupBytes(const Group& g) noexcept {
+    return sizeof(Group) + 64 + 2 * g.request.capacity();  // + groups_' key
+  }
 };
 
 }  // namespace tcpstore::store::relay

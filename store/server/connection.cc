@@ -129,6 +129,13 @@ void Connection::handleEof() {
     fail(set_.ctr_.rejected_protocol, r.error.message());
     return;
   }
+  // A backend with replies still owed (a relay's, in flight upstream) holds
+  // the connection pending; resume() judges the EOF again once they are out.
+  if (mux() == nullptr && set_.handler_->onPeerEof(*this)) {
+    eof_ = true;
+    updateReading();
+    return;
+  }
   set_.log_.log(LogLevel::kDebug, fmt::format("connection {} from {} closed "
                                               "by peer",
                                               id_, peerName()));
@@ -294,7 +301,26 @@ void Connection::drop(std::string_view reason) noexcept {
 
 void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   if (closing_ || failed_) return;
-  if (unsentBytes() == 0 || set_.stopping_) {
+  // A backend with replies still owed for earlier requests (a relay's, in
+  // flight upstream) holds the connection pending until they are routed,
+  // as at a half-close.
+  const bool owed = [&]() noexcept {
+    if (set_.stopping_ || mux() != nullptr || pending_) return false;
+    try {
+      return set_.handler_->onPeerEof(*this);
+    } catch (...) {
+      return false;
+    }
+  }();
+  if ((unsentBytes() == 0 && !owed) || set_.stopping_) {
+    reject(counter, reason);
+    return;
+  }
+  // Held with replies owed but none queued yet: it needs its busy state
+  // (for failed_ms) like a connection with output.
+  try {
+    busy();
+  } catch (...) {
     reject(counter, reason);
     return;
   }
@@ -304,7 +330,7 @@ void Connection::fail(Counter& counter, std::string_view reason) noexcept {
   // flushes the outbox (it is listed) and afterOutputDrained() closes.
   failed_ = true;
   close_after_flush_ = true;
-  busy_->failed_ms = set_.now();  // it has output, so it is busy
+  busy_->failed_ms = set_.now();
   updateReading();
 }
 

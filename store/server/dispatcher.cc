@@ -136,6 +136,17 @@ void Dispatcher::onClosing(Endpoint& c) noexcept {
   if (!pending_.empty()) pending_.erase(c.id());
 }
 
+bool Dispatcher::onPeerEof(Endpoint& c) {
+  if (!backend_.peerHalfClosed(c.id())) return false;
+  c.setPending(true);  // complete() resumes it once the owed replies are out
+  return true;
+}
+
+std::size_t Dispatcher::unsentBytes(ConnId conn) const noexcept {
+  const Endpoint* c = conns_.findEndpoint(conn);
+  return c == nullptr ? 0 : c->unsentBytes();
+}
+
 void Dispatcher::route(const Effects& fx, Endpoint* self) {
   for (const Effects::Send& send : fx.sends()) {
     Endpoint* t = self != nullptr && send.conn == self->id()

@@ -46,12 +46,14 @@ class Dispatcher final : public RequestHandler, public store::BackendHost {
   // RequestHandler
   void onRequest(Endpoint& c, const protocol::Request& req) override;
   void onClosing(Endpoint& c) noexcept override;
+  bool onPeerEof(Endpoint& c) override;
 
   // BackendHost (never throw: out of memory closes the connection).
   void deliver(const store::Effects& fx) override;
   void complete(store::ConnId conn, const Status& status,
                 const store::Effects& fx) override;
   void close(store::ConnId conn, const Status& why) override;
+  std::size_t unsentBytes(store::ConnId conn) const noexcept override;
 
  private:
   // What a pending request needs when it completes.

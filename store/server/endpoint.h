@@ -82,6 +82,12 @@ class RequestHandler {
   virtual void onRequest(Endpoint& e, const protocol::Request& req) = 0;
   // `e` is closing (called once): forget it. Nothing more is sent to it.
   virtual void onClosing(Endpoint& e) noexcept = 0;
+  // `e`'s peer half-closed after its last request, or `e` failed (its input
+  // broke a rule) and will decode nothing more (none pending). true: replies
+  // are still owed and `e` is now pending; its resume() follows once they are
+  // routed, and it asks again. false: close `e` once its output is written.
+  // Throws std::bad_alloc only.
+  virtual bool onPeerEof(Endpoint& /*e*/) { return false; }
 
  protected:
   ~RequestHandler() = default;

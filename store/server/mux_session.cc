@@ -71,6 +71,11 @@ void Channel::send(std::string_view bytes, bool) {
 }
 
 void Channel::request(std::string_view payload) {
+  if (eof_) {
+    session_.violation(
+        fmt::format("REQUEST on channel {} after its SHUTDOWN", number_));
+    return;
+  }
   if (pending_ || draining_ || (queue_ != nullptr && !queue_->empty())) {
     enqueue(payload);
     return;
@@ -132,8 +137,33 @@ void Channel::releaseQueue() noexcept {
   queue_.reset();
 }
 
+void Channel::shutdown() {
+  if (eof_) {
+    session_.violation(fmt::format("second SHUTDOWN of channel {}", number_));
+    return;
+  }
+  eof_ = true;
+  finishIfDone();
+}
+
+void Channel::finishIfDone() {
+  if (closing_ || !eof_ || pending_ || draining_ ||
+      (queue_ != nullptr && !queue_->empty()))
+    return;
+  Connection& c = session_.conn_;
+  if (c.closing_ || session_.set_.stopping_) return;
+  // A backend with replies still owed (a relay behind this one) leaves the
+  // channel pending; its completion calls resume(), which comes back here.
+  if (session_.set_.handler_->onPeerEof(*this)) return;
+  session_.closeChannel(*this, true, {});
+}
+
 void Channel::resume() {
-  if (closing_ || draining_ || queue_ == nullptr) return;
+  if (closing_ || draining_) return;
+  if (queue_ == nullptr) {
+    finishIfDone();
+    return;
+  }
   Connection& c = session_.conn_;
   if (c.closing_ || session_.set_.stopping_) return;
   draining_ = true;
@@ -157,6 +187,8 @@ void Channel::resume() {
     dispatch(payload);
   }
   if (!closing_ && queue_->empty()) releaseQueue();
+  reset.flag = false;
+  finishIfDone();
 }
 
 void Channel::logClosing(std::string_view reason) noexcept {
@@ -246,7 +278,8 @@ void MuxSession::onFrame(const mux::Frame& f) {
       open(f.channel, static_cast<Dialect>(f.payload[0]));
       return;
     case mux::FrameType::kRequest:
-    case mux::FrameType::kClose: {
+    case mux::FrameType::kClose:
+    case mux::FrameType::kShutdown: {
       if (f.channel == 0 || f.channel > highest_) {
         violation(fmt::format("{} for channel {}, which was never opened",
                               mux::frameTypeName(f.type), f.channel));
@@ -257,6 +290,8 @@ void MuxSession::onFrame(const mux::Frame& f) {
       Channel& ch = *it->second;
       if (f.type == mux::FrameType::kRequest) {
         ch.request(f.payload);
+      } else if (f.type == mux::FrameType::kShutdown) {
+        ch.shutdown();
       } else {
         closeChannel(ch, false, {});
       }

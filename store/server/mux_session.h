@@ -96,6 +96,12 @@ class Channel final : public Endpoint {
 
   // One REQUEST payload (views valid during the call).
   void request(std::string_view payload);
+  // SHUTDOWN: the relay's client half-closed after its last REQUEST.
+  void shutdown();
+  // After SHUTDOWN, once nothing is pending or queued: asks the backend
+  // whether replies are still owed (then waits for resume()), else ends the
+  // channel with an empty CLOSED. Throws std::bad_alloc.
+  void finishIfDone();
   void dispatch(std::string_view payload);
   void enqueue(std::string_view payload);
   void releaseQueue() noexcept;
@@ -105,6 +111,7 @@ class Channel final : public Endpoint {
   const std::uint32_t number_;
   const protocol::Dialect dialect_;
   bool draining_ = false;  // inside resume(): it must not re-enter
+  bool eof_ = false;       // SHUTDOWN received: no REQUEST may follow
   std::unique_ptr<Queue> queue_;
   // Closed: the next in Connections' list of channels to free.
   std::unique_ptr<Channel> next_dead_;

@@ -75,7 +75,7 @@ TEST_CASE("mux: a payload length over the limit fails at the header") {
 
 TEST_CASE("mux: an unknown frame type fails on its first byte") {
   Frame f;
-  for (std::uint8_t t : {0x00, 0x06, 0xff}) {
+  for (std::uint8_t t : {0x00, 0x07, 0xff}) {
     CAPTURE(int{t});
     auto r = decodeFrame(std::string(1, static_cast<char>(t)), kLimit, f);
     CHECK(r.status == FrameDecodeResult::kError);

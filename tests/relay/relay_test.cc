@@ -745,3 +745,144 @@ TEST_CASE(
   MESSAGE("5 WAITs (2 of 2.x, 3 of 1.13) at the relay, " << up << " upstream");
   CHECK(up <= 2);
 }
+
+TEST_CASE(
+    "relay: a client that half-closes after a pipelined batch gets every "
+    "reply and its writes are applied, behind a relay that holds them") {
+  // front (no combining: it tunnels the batch at once) -> middle (combines:
+  // the channel's ADD is pending there, the SET behind it queued) ->
+  // upstream. The client's EOF must not end its channel at the middle
+  // before the queued SET has run, nor before the ADD's reply is back.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  r.upstream_combine = false;
+  ScopedServer front = ScopedServer::start(r);
+  using namespace tcpstore::test;
+  for (int round = 0; round < 20; ++round) {
+    CAPTURE(round);
+    const std::string k = "/hc-add-" + std::to_string(round);
+    const std::string w =
+        "hc-set-" + std::to_string(round);  // "/" + w on the wire
+    RawConn c = RawConn::connect(front->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    // One reply owed: the front does not hold the client (a second one
+    // could, see overOutput()), so it sees the EOF with the ADD in flight.
+    REQUIRE(c.send(byte(v2::kAdd) + str(k) + i64le(5) + byte(v2::kSet) +
+                   str("/" + w) + str("written")));
+    c.shutdownWrite();
+    std::string got;
+    CHECK(c.waitClosed(&got));
+    CHECK(toHex(got) == toHex(i64le(5)));
+    // Closed only once the upstream applied everything: no wait needed.
+    Client direct = connectTo(p.upstream->port());
+    auto v = direct.get(w);  // the client adds torch's "/"
+    REQUIRE_MESSAGE(v.has_value(), v.error().toString());
+    CHECK(*v == "written");
+  }
+  const auto m = p.relay->counters();
+  CHECK(m.relay_combined + m.relay_tunneled > 0);
+  CHECK(front->stop().isOk());
+}
+
+TEST_CASE(
+    "relay: the key lists of shared WAITs count in the relay's memory budget") {
+  Pair p = startPair();
+  using namespace tcpstore::test;
+  const auto gauge = [&] { return p.relay->counters().memory_bytes; };
+  RawConn poke = RawConn::connect(p.relay->port());
+  REQUIRE(poke.handshake());
+  REQUIRE(pingFence(poke));
+  const std::uint64_t base = gauge();
+  constexpr int kWaiters = 4;
+  constexpr int kKeys = 20000;
+  std::uint64_t request_bytes = 0;
+  std::vector<RawConn> waiters;
+  for (int w = 0; w < kWaiters; ++w) {
+    std::vector<std::string> keys;
+    for (int i = 0; i < kKeys; ++i)
+      keys.push_back("/mem/" + std::to_string(w) + "/" + std::to_string(i));
+    std::string wait = byte(v2::kWait) + u64le(keys.size());
+    for (const std::string& k : keys) wait += str(k);
+    request_bytes += wait.size();
+    RawConn c = RawConn::connect(p.relay->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    REQUIRE(c.send(wait));
+    waiters.push_back(std::move(c));
+  }
+  // Every WAIT is in a group (and sent upstream) once the relay counts it.
+  CHECK(eventually(
+      [&] { return p.relay->counters().relay_shared_waits == kWaiters; }));
+  CHECK(eventually([&] { return gauge() >= base + request_bytes; }));
+  MESSAGE("relay memory gauge " << base << " -> " << gauge() << " for "
+                                << request_bytes << " bytes of WAITs");
+  waiters.clear();  // the callers leave: the groups go
+  CHECK(eventually([&] { return gauge() < base + request_bytes / 8; }));
+}
+
+TEST_CASE(
+    "relay: the reply owed before a protocol error arrives before the close") {
+  // The ADD's reply is still upstream when the relay decodes the bad bytes
+  // behind it in the same write: the relay must not close the client before
+  // that reply is delivered (a server writes it, then closes).
+  Pair p = startPair();
+  using namespace tcpstore::test;
+  Client setter = connectTo(p.upstream->port());
+  REQUIRE(setter.set("owed-text", "abc"));
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    RawConn c = RawConn::connect(p.relay->port());
+    REQUIRE(c.ok());
+    REQUIRE(c.handshake());
+    const std::string add = byte(v2::kAdd) + str("/owed-k") + i64le(1);
+    const std::string bad = round % 2 == 0
+                                ? byte(0x7f)  // no such command
+                                : byte(v2::kAdd) + str("/owed-text") + i64le(1);
+    REQUIRE(c.send(add + bad));
+    std::string got;
+    CHECK(c.waitClosed(&got));
+    REQUIRE(got.size() == 8);
+    CHECK(loadU64le(got) == static_cast<std::uint64_t>(round + 1));
+  }
+}
+
+TEST_CASE(
+    "relay: a half-closed client's unreleased WAIT ends with it, as on a "
+    "server") {
+  // A server closes a half-closed connection once its replies are written;
+  // a WAIT not yet released is forgotten (no STOP_WAITING follows). Through
+  // two relays the same: the SET before it is applied, the client closed.
+  Pair p = startPair();
+  ServerOptions r;
+  r.host = "127.0.0.1";
+  r.port = 0;
+  r.log_level = "error";
+  r.upstream = "127.0.0.1:" + std::to_string(p.relay->port());
+  ScopedServer front = ScopedServer::start(r);
+  using namespace tcpstore::test;
+  RawConn c = RawConn::connect(front->port());
+  REQUIRE(c.ok());
+  REQUIRE(c.handshake());
+  REQUIRE(c.send(byte(v2::kSet) + str("/hcw") + str("v") +
+                 keysMsg(v2::kWait, {"/hcw-never"})));
+  c.shutdownWrite();
+  std::string got;
+  CHECK(c.waitClosed(&got));
+  CHECK(got.empty());
+  Client direct = connectTo(p.upstream->port());
+  auto v = direct.get("hcw");
+  REQUIRE(v.has_value());
+  CHECK(*v == "v");
+  // Nothing is left waiting upstream: setting the key wakes nobody.
+  REQUIRE(direct.set("hcw-never", "x"));
+  CHECK(eventually([&] {
+    return p.upstream->counters().mux_channels_open <= 2 &&
+           front->counters().connections_open == 0;
+  }));
+  CHECK(front->stop().isOk());
+}

@@ -115,6 +115,30 @@ TEST_CASE("ReplyTracker: WAIT then CANCEL_WAIT is 01 or 00 01") {
   CHECK(feedAll(t, std::string("\x01", 1), 1) == std::vector<std::uint64_t>{6});
 }
 
+TEST_CASE("ReplyTracker: WAIT and BARRIER bytes are counted apart") {
+  ReplyTracker t{tcpstore::protocol::Limits{}};
+  t.expect(Command::kGet, 0, 1);
+  t.expect(Command::kWait, 1, 2);
+  t.expect(Command::kBarrier, 0, 3);
+  t.expect(Command::kCancelWait, 0, 4);  // joins the BARRIER's byte
+  t.expect(Command::kAdd, 0, 5);
+  CHECK(t.outstanding() == 4);
+  CHECK(t.waitsOutstanding() == 2);
+  CHECK(feedAll(t, str("v") + std::string("\x00", 1), 1) ==
+        std::vector<std::uint64_t>{1, 2});
+  CHECK(t.waitsOutstanding() == 1);
+  CHECK(feedAll(t, std::string("\x01", 1) + i64(1), 1) ==
+        std::vector<std::uint64_t>{4, 5});
+  CHECK(t.outstanding() == 0);
+  CHECK(t.waitsOutstanding() == 0);
+  // A lone CANCEL_WAIT's byte comes at once: not a wait.
+  t.expect(Command::kCancelWait, 0, 6);
+  CHECK(t.waitsOutstanding() == 0);
+  t.expect(Command::kWait, 1, 7);
+  t.markLost();
+  CHECK(t.waitsOutstanding() == 0);
+}
+
 TEST_CASE("ReplyTracker: WATCH_KEY, bad bytes and surplus bytes make it lost") {
   ReplyTracker a{tcpstore::protocol::Limits{}};
   a.expect(Command::kWatchKey, 0, 0);

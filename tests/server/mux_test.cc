@@ -907,3 +907,33 @@ TEST_CASE("mux: a relay that stops reading is still dropped after a stall") {
   CHECK(eventually([&] { return s->counters().mux_channels_open == 0; }));
   REQUIRE(pingFence(setter));  // everyone else is served
 }
+
+TEST_CASE("mux: SHUTDOWN ends a channel like a peer's half-close") {
+  auto s = ScopedServer::local();
+  MuxClient m(s->port());
+  REQUIRE(m.open(1, Dialect::kV2));
+  REQUIRE(m.open(2, Dialect::kV2));
+  // A batch, then SHUTDOWN: every reply, then an empty CLOSED.
+  REQUIRE(m.request(1, rq::set("/sd", "v")));
+  REQUIRE(m.request(1, rq::get("/sd")));
+  REQUIRE(m.request(1, rq::add("/sd-n", 3)));
+  REQUIRE(m.send(frame(FT::kShutdown, 1, "")));
+  auto reason = m.closed(1);
+  REQUIRE(reason.has_value());
+  CHECK(reason->empty());
+  CHECK(toHex(m.data(1, 100, milliseconds(50))) == toHex(str("v") + i64le(3)));
+  // A WAIT that is not released is dropped as on a half-closed connection.
+  REQUIRE(m.request(2, rq::wait({"/never"})));
+  REQUIRE(m.send(frame(FT::kShutdown, 2, "")));
+  reason = m.closed(2);
+  REQUIRE(reason.has_value());
+  CHECK(reason->empty());
+  CHECK(m.buffered(2) == 0);
+  CHECK(eventually([&] { return s->counters().mux_channels_open == 0; }));
+  // A REQUEST that crossed the CLOSED is ignored; the connection serves on.
+  REQUIRE(m.request(1, rq::numKeys()));
+  REQUIRE(m.open(3, Dialect::kV2));
+  CHECK(m.fence(3));
+  CHECK(m.buffered(1) == 0);
+  CHECK(s->counters().rejected_protocol == 0);
+}

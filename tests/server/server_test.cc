@@ -264,9 +264,6 @@ TEST_CASE("pipelined requests in one write are answered in order") {
 
 TEST_CASE(
     "a peer that half-closes after a pipelined batch still gets its replies") {
-  skipInRelayMode(
-      "replies still in flight upstream when the client half-closes are lost: "
-      "the relay answers tunneled requests at once, to keep pipelining");
   auto s = startServer();
   RawConn c = conn2(*s);
   std::string batch = byte(v2::kSet) + str("/hc") + str("v") + byte(v2::kGet) +
@@ -409,10 +406,6 @@ TEST_CASE("a slow reader is paused, then dropped, without hurting others") {
 }
 
 TEST_CASE("a client that pipelines without reading is paused, not dropped") {
-  skipInRelayMode(
-      "a relay forwards pipelined requests before their replies exist, so the "
-      "replies of a non-reading client overshoot its output cap and it is "
-      "dropped (docs/relay.md)");
   tcpstore::ServerOptions o;
   constexpr std::uint64_t kCap = 16 * 1024;
   o.limits.max_buffered_output_bytes = kCap;
