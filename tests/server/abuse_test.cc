@@ -108,7 +108,7 @@ TEST_CASE("a partial request without progress is closed, idle peers stay") {
 
 TEST_CASE("a slow reader holding a partial request is not closed for it") {
   // Both ends' socket buffers pinned small, so the replies stay queued in
-  // the server (see server_test.cc's startPinned).
+  // the server (see tests/server/pinned.h).
   constexpr int kPinned = 16 * 1024;
   BoundPort listen;
   REQUIRE(listen.pinSendBuffer(kPinned));

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "tcpstore/server.h"
+#include "tests/server/pinned.h"
 #include "tests/server/raw_client.h"
-#include "tests/support/bound_port.h"
 #include "tests/support/deadline.h"
 #include "tests/support/scoped_server.h"
 
@@ -20,28 +20,8 @@ namespace {
 using namespace tcpstore::test;
 using std::chrono::seconds;
 
-// The server's send buffer and the client's receive buffer are pinned
-// small, so every large reply takes many writable events.
-constexpr int kPinnedBuffer = 16 * 1024;
 constexpr std::size_t kValueBytes = 1024 * 1024;
 constexpr int kGets = 8;
-
-ScopedServer startPinned() {
-  BoundPort listen;
-  REQUIRE(listen.port() != 0);
-  REQUIRE(listen.pinSendBuffer(kPinnedBuffer));
-  tcpstore::ServerOptions o;
-  o.port = listen.port();
-  o.listen_fd = listen.release();
-  return ScopedServer::local(o);
-}
-
-RawConn pinned2(const tcpstore::Server& s) {
-  RawConn c = RawConn::connect(s.port(), "127.0.0.1", kPinnedBuffer);
-  REQUIRE(c.ok());
-  REQUIRE(c.handshake());
-  return c;
-}
 
 // A value whose every byte depends on its position (a misordered or lost
 // piece shows).

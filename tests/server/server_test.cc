@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "protocol/wire.h"
+#include "tests/server/pinned.h"
 #include "tests/server/raw_client.h"
-#include "tests/support/bound_port.h"
 #include "tests/support/scoped_server.h"
 
 namespace {
@@ -23,31 +23,6 @@ using std::chrono::milliseconds;
 
 ScopedServer startServer(const tcpstore::ServerOptions& o = {}) {
   return ScopedServer::local(o);
-}
-
-// Back-pressure tests must not depend on how much the kernel buffers for a
-// peer that does not read (loopback autotuning lets tcp_rmem/tcp_wmem grow to
-// tens of MiB on some machines). These pin both ends: the server's send buffer
-// through an adopted listen socket (accepted sockets inherit it) and the
-// client's receive buffer before connect. The kernel then holds some tens of
-// KiB per connection, far below the replies these tests queue.
-constexpr int kPinnedBuffer = 16 * 1024;
-
-ScopedServer startPinned(tcpstore::ServerOptions o) {
-  BoundPort listen;
-  REQUIRE(listen.port() != 0);
-  REQUIRE(listen.pinSendBuffer(kPinnedBuffer));
-  o.port = listen.port();
-  o.listen_fd = listen.release();
-  return ScopedServer::local(o);
-}
-
-// A 2.x connection whose receive buffer is pinned (see kPinnedBuffer).
-RawConn pinned2(const tcpstore::Server& s) {
-  RawConn c = RawConn::connect(s.port(), "127.0.0.1", kPinnedBuffer);
-  REQUIRE(c.ok());
-  REQUIRE(c.handshake());
-  return c;
 }
 
 RawConn conn113(const tcpstore::Server& s) {
