@@ -88,8 +88,15 @@ class RelayBackend final : public Backend, private LinkHandler {
   // the command cannot be relayed on it (see ensureChannel()).
   Status tunnel(ConnId conn, const protocol::Request& req);
   // The same for a request already encoded in 2.x (an idle 2.x client).
+  // Neither judges the client's output cap: after tunneling a request of a
+  // pending client, call continueAfterTunnel().
   void tunnelEncoded(ConnId conn, protocol::Command cmd, std::uint64_t count,
                      std::string_view request);
+  // Completes pending `conn` after one of its requests was tunneled (its
+  // next request is decoded), unless its replies in flight reach its output
+  // cap or the upstream backlog is full: then it stays pending until
+  // onPrepare()/onCheck() resume it, as submit() holds a client.
+  void continueAfterTunnel(ConnId conn);
   RelayCounters& countersMut() noexcept { return counters_; }
   void dropLink(const Status& why) noexcept { link_.drop(why); }
   BackendHost& host() noexcept { return *host_; }
@@ -127,6 +134,10 @@ class RelayBackend final : public Backend, private LinkHandler {
   // client has not read yet, reach its output cap: a server would have
   // paused it (stopped decoding) before producing more.
   bool overOutput(ConnId conn, const Client& c) const noexcept;
+  // After tunneling a request of `c`: holds it (held_ if overOutput(),
+  // stalled_ if the upstream backlog is over its bound; `large`: the
+  // request's frame was kLargeFrameBytes or more). True if held.
+  bool holdAfterTunnel(ConnId conn, const Client& c, bool large);
   Status downError() const;
 
   RelayOptions options_;
