@@ -72,7 +72,7 @@ void Combiner::sendAlone(ConnId conn, const Op& op, std::int64_t delta) {
   } else {
     relay_.tunnelEncoded(conn, op.command, op.count, op.request);
   }
-  relay_.host().complete(conn, Status::ok(), Effects());
+  relay_.continueAfterTunnel(conn);  // held here if its output is full
 }
 
 void Combiner::flush() {

@@ -126,11 +126,15 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
   const std::size_t backlog_before = link_.backlog();
   if (Status st = tunnel(conn, req); !st.isOk()) return st;
   const bool large = link_.backlog() - backlog_before >= kLargeFrameBytes;
+  return holdAfterTunnel(conn, c, large) ? Outcome::kPending : Outcome::kDone;
+}
+
+bool RelayBackend::holdAfterTunnel(ConnId conn, const Client& c, bool large) {
   if (overOutput(conn, c)) {
     // Its next request waits until it has read enough and the replies in
     // flight have come back (onPrepare), as a server pauses its connection.
     held_.push_back(conn);
-    return Outcome::kPending;
+    return true;
   }
   if (link_.backlog() > kMaxBacklogBytes ||
       (large && link_.backlog() > kLargeBacklogBytes)) {
@@ -138,9 +142,17 @@ Result<Backend::Outcome> RelayBackend::submit(ConnId conn,
     // large requests, which others' requests would queue behind): its next
     // request waits until the backlog has drained (onCheck).
     stalled_.push_back(conn);
-    return Outcome::kPending;
+    return true;
   }
-  return Outcome::kDone;
+  return false;
+}
+
+void RelayBackend::continueAfterTunnel(ConnId conn) {
+  auto it = clients_.find(conn);
+  if (it != clients_.end() && holdAfterTunnel(conn, *it->second, false)) {
+    return;
+  }
+  host_->complete(conn, Status::ok(), Effects());
 }
 
 std::size_t RelayBackend::memoryBytes() const noexcept {
@@ -152,18 +164,23 @@ std::size_t RelayBackend::memoryBytes() const noexcept {
 
 bool RelayBackend::overOutput(ConnId conn, const Client& c) const noexcept {
   if (c.tracker.lost()) return false;  // it knows nothing of the replies
+  const std::uint64_t cap = options_.limits.max_buffered_output_bytes;
+  // Replies owed or not, a client that has not read what it was sent goes
+  // no further: nothing may be put in flight on top of a full outbox
+  // (resuming it there let its next replies pass twice the cap).
+  const std::uint64_t unsent = host_->unsentBytes(conn);
+  if (unsent >= cap) return true;
   // WAIT/BARRIER bytes are not counted: one byte each, and they may wait
   // for a later request of this client (holding it could deadlock).
-  const std::size_t owed =
-      c.tracker.outstanding() - c.tracker.waitsOutstanding();
-  if (owed == 0) return false;
-  const std::uint64_t cap = options_.limits.max_buffered_output_bytes;
-  // No reply seen yet: assume each may be as large as half the cap.
+  // Replies of a fixed size (PING, ADD, CHECK, ...) count as that size;
+  // the others at the expected size: the largest recent reply of a
+  // variable size (halved by each smaller one); none seen yet: half the
+  // cap each.
+  const std::size_t sized = c.tracker.sizedOutstanding();
   const std::uint64_t est = c.reply_est > 0 ? c.reply_est : cap / 2 + 1;
-  const std::uint64_t inflight =
-      est > UINT64_MAX / owed ? UINT64_MAX : est * owed;
-  const std::uint64_t unsent = host_->unsentBytes(conn);
-  return inflight >= cap || unsent + inflight >= cap;
+  const std::uint64_t fixed = c.tracker.fixedBytesOutstanding();
+  if (sized > 0 && est > (UINT64_MAX - fixed) / sized) return true;
+  return fixed + est * sized >= cap - unsent;
 }
 
 bool RelayBackend::peerHalfClosed(ConnId conn) {
@@ -381,6 +398,9 @@ bool RelayBackend::onFrame(const mux::Frame& f) {
       return true;
     }
     c.tracker.feed(f.payload, [&c](const ReplyTracker::Done& d) {
+      // Only replies whose size the data decides: a PING's 4 bytes say
+      // nothing about the next MULTI_GET's.
+      if (!d.sized) return;
       c.reply_est = std::max<std::size_t>(
           {d.bytes.size(), c.reply_est / 2, std::size_t{1}});
     });

@@ -88,8 +88,15 @@ class RelayBackend final : public Backend, private LinkHandler {
   // the command cannot be relayed on it (see ensureChannel()).
   Status tunnel(ConnId conn, const protocol::Request& req);
   // The same for a request already encoded in 2.x (an idle 2.x client).
+  // Neither judges the client's output cap: after tunneling a request of a
+  // pending client, call continueAfterTunnel().
   void tunnelEncoded(ConnId conn, protocol::Command cmd, std::uint64_t count,
                      std::string_view request);
+  // Completes pending `conn` after one of its requests was tunneled (its
+  // next request is decoded), unless its replies in flight reach its output
+  // cap or the upstream backlog is full: then it stays pending until
+  // onPrepare()/onCheck() resume it, as submit() holds a client.
+  void continueAfterTunnel(ConnId conn);
   RelayCounters& countersMut() noexcept { return counters_; }
   void dropLink(const Status& why) noexcept { link_.drop(why); }
   BackendHost& host() noexcept { return *host_; }
@@ -103,8 +110,9 @@ class RelayBackend final : public Backend, private LinkHandler {
     protocol::Dialect dialect = protocol::Dialect::kV2;  // of `channel`
     bool doomed = false;       // the upstream closed its channel: closing
     bool half_closed = false;  // SHUTDOWN sent: pending until CLOSED
-    // Bytes expected per reply owed (0: none seen yet): the largest recent
-    // reply, halved by each smaller one. See overOutput().
+    // Bytes expected per reply owed whose size the data decides (GET,
+    // MULTI_GET, ...; 0: none seen yet): the largest recent such reply,
+    // halved by each smaller one. See overOutput().
     std::size_t reply_est = 0;
     std::uint32_t channel = 0;
     ReplyTracker tracker;
@@ -123,10 +131,15 @@ class RelayBackend final : public Backend, private LinkHandler {
   static void onCloseTimer(uv_timer_t* timer) noexcept;
   static void onHandleClosed(uv_handle_t* h) noexcept;
   Client& ensureChannel(ConnId conn, Client& c, protocol::Dialect want);
-  // Whether `c`'s replies in flight, at their expected size, plus what the
-  // client has not read yet, reach its output cap: a server would have
-  // paused it (stopped decoding) before producing more.
+  // Whether `c`'s replies in flight (fixed-size ones at their size, the
+  // others at reply_est), plus what the client has not read yet, reach its
+  // output cap, or its unsent bytes alone do: a server would have paused it
+  // (stopped decoding) before producing more.
   bool overOutput(ConnId conn, const Client& c) const noexcept;
+  // After tunneling a request of `c`: holds it (held_ if overOutput(),
+  // stalled_ if the upstream backlog is over its bound; `large`: the
+  // request's frame was kLargeFrameBytes or more). True if held.
+  bool holdAfterTunnel(ConnId conn, const Client& c, bool large);
   Status downError() const;
 
   RelayOptions options_;

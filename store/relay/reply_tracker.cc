@@ -19,6 +19,7 @@ void ReplyTracker::expect(Command cmd, std::uint64_t count, std::uint64_t tag) {
       // its own STOP_WAITING and then the cancel's byte (00 01).
       if (!q_.empty() && q_.back().kind == Kind::kShape &&
           q_.back().shape == ReplyShape::kByte && q_.back().count == 1) {
+        // Still a wait: nothing else to count.
         q_.back().kind = Kind::kWaitOrCancel;
         q_.back().tag = tag;
         return;
@@ -28,6 +29,7 @@ void ReplyTracker::expect(Command cmd, std::uint64_t count, std::uint64_t tag) {
         return;
       }
       q_.push_back(Expect{seq_, Kind::kShape, ReplyShape::kByte, 0, tag});
+      noteQueued(q_.back(), 1);
       return;
     default:
       break;
@@ -46,13 +48,41 @@ void ReplyTracker::expect(Command cmd, std::uint64_t count, std::uint64_t tag) {
                               ? 1
                               : 0;
   q_.push_back(Expect{seq_, Kind::kShape, shape, c, tag});
-  if (isWait(q_.back())) ++waits_;
+  noteQueued(q_.back(), 1);
+}
+
+std::size_t ReplyTracker::fixedSize(const Expect& e) noexcept {
+  if (isWait(e)) return 0;
+  switch (e.shape) {
+    case ReplyShape::kNone:
+      return 0;
+    case ReplyShape::kByte:
+      return 1;
+    case ReplyShape::kU32:
+      return 4;
+    case ReplyShape::kInt64:
+      return 8;
+    default:
+      return SIZE_MAX;
+  }
+}
+
+void ReplyTracker::noteQueued(const Expect& e, int sign) noexcept {
+  const std::size_t n = fixedSize(e);
+  std::size_t& count = isWait(e) ? waits_ : sized_;
+  if (isWait(e) || n == SIZE_MAX) {
+    count = sign > 0 ? count + 1 : count - 1;
+  } else {
+    fixed_bytes_ = sign > 0 ? fixed_bytes_ + n : fixed_bytes_ - n;
+  }
 }
 
 void ReplyTracker::markLost() noexcept {
   lost_ = true;
   q_.clear();
   waits_ = 0;
+  sized_ = 0;
+  fixed_bytes_ = 0;
   buf_.clear();
   buf_.shrink_to_fit();
 }

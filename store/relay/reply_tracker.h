@@ -26,6 +26,7 @@ class ReplyTracker {
   struct Done {
     std::uint64_t tag;       // the tag given to expect()
     std::string_view bytes;  // the reply's bytes (valid during the callback)
+    bool sized;  // of a variable size (GET, MULTI_GET, LIST_KEYS, QUEUE_POP)
   };
 
   explicit ReplyTracker(const protocol::Limits& limits) : limits_(limits) {}
@@ -45,6 +46,10 @@ class ReplyTracker {
   // Of those, WAIT and BARRIER bytes: they come when the keys exist, maybe
   // only after a later request of the same client.
   std::size_t waitsOutstanding() const noexcept { return waits_; }
+  // Of the others: the bytes of those whose size the command fixes (PING,
+  // ADD, CHECK, ...), and how many have a size only the data decides.
+  std::uint64_t fixedBytesOutstanding() const noexcept { return fixed_bytes_; }
+  std::size_t sizedOutstanding() const noexcept { return sized_; }
   // Owes no reply, and every request sent without a reply (SET, APPEND,
   // MULTI_SET, QUEUE_PUSH) is known to be applied: a later reply on the
   // channel came back. Only then may the relay answer this client from
@@ -75,7 +80,13 @@ class ReplyTracker {
   std::size_t need_ = 1;  // bytes of buf_ before decoding again
   bool lost_ = false;
   bool settled_ = true;
-  std::size_t waits_ = 0;            // entries of q_ that are isWait()
+  std::size_t waits_ = 0;          // entries of q_ that are isWait()
+  std::size_t sized_ = 0;          // entries of q_ of a variable size
+  std::uint64_t fixed_bytes_ = 0;  // reply bytes of the other entries
+  // Bytes of `e`'s reply if the command fixes them (a WAIT's: 0, not
+  // counted), else SIZE_MAX.
+  static std::size_t fixedSize(const Expect& e) noexcept;
+  void noteQueued(const Expect& e, int sign) noexcept;
   std::uint64_t seq_ = 0;            // requests expect()ed so far
   std::uint64_t unsettled_seq_ = 0;  // seq of the last reply-less request
   protocol::Reply scratch_;
@@ -85,7 +96,7 @@ class ReplyTracker {
   }
   void popFront() noexcept {
     if (q_.front().seq > unsettled_seq_) settled_ = true;
-    if (isWait(q_.front())) --waits_;
+    noteQueued(q_.front(), -1);
     q_.pop_front();
   }
 };
@@ -105,8 +116,9 @@ bool ReplyTracker::feed(std::string_view data, F&& on_done) {
       if (n == SIZE_MAX) return false;
       if (n > 0) {
         const std::uint64_t tag = q_.front().tag;
+        const bool sized = fixedSize(q_.front()) == SIZE_MAX;
         popFront();
-        on_done(Done{tag, data.substr(0, n)});
+        on_done(Done{tag, data.substr(0, n), sized});
         data.remove_prefix(n);
         continue;
       }
@@ -123,8 +135,9 @@ bool ReplyTracker::feed(std::string_view data, F&& on_done) {
     if (n == SIZE_MAX) return false;
     if (n == 0) continue;
     const std::uint64_t tag = q_.front().tag;
+    const bool sized = fixedSize(q_.front()) == SIZE_MAX;
     popFront();
-    on_done(Done{tag, std::string_view(buf_).substr(0, n)});
+    on_done(Done{tag, std::string_view(buf_).substr(0, n), sized});
     need_ = 1;
     if (n == buf_.size()) {
       buf_.clear();

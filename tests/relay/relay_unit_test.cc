@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "protocol/codec.h"
@@ -137,6 +138,45 @@ TEST_CASE("ReplyTracker: WAIT and BARRIER bytes are counted apart") {
   t.expect(Command::kWait, 1, 7);
   t.markLost();
   CHECK(t.waitsOutstanding() == 0);
+}
+
+TEST_CASE(
+    "ReplyTracker: replies of a fixed size count their bytes, the others "
+    "are counted and reported sized") {
+  ReplyTracker t{tcpstore::protocol::Limits{}};
+  t.expect(Command::kPing, 0, 1);      // 4 bytes
+  t.expect(Command::kMultiGet, 2, 2);  // sized
+  t.expect(Command::kAdd, 0, 3);       // 8 bytes
+  t.expect(Command::kWait, 1, 4);      // a wait: neither
+  t.expect(Command::kCheck, 1, 5);     // 1 byte
+  t.expect(Command::kGet, 0, 6);       // sized
+  t.expect(Command::kSet, 0, 0);       // no reply: nothing
+  CHECK(t.fixedBytesOutstanding() == 13);
+  CHECK(t.sizedOutstanding() == 2);
+  CHECK(t.waitsOutstanding() == 1);
+  std::vector<std::pair<std::uint64_t, bool>> done;
+  const auto note = [&](const ReplyTracker::Done& d) {
+    done.emplace_back(d.tag, d.sized);
+  };
+  std::string ping;
+  tcpstore::protocol::appendU32(ping, 7);
+  CHECK(t.feed(ping + str("a") + str("bc") + i64(2), note));
+  CHECK(done == std::vector<std::pair<std::uint64_t, bool>>{
+                    {1, false}, {2, true}, {3, false}});
+  CHECK(t.fixedBytesOutstanding() == 1);
+  CHECK(t.sizedOutstanding() == 1);
+  done.clear();
+  CHECK(t.feed(std::string("\x00\x01", 2) + str("v"), note));
+  CHECK(done == std::vector<std::pair<std::uint64_t, bool>>{
+                    {4, false}, {5, false}, {6, true}});
+  CHECK(t.fixedBytesOutstanding() == 0);
+  CHECK(t.sizedOutstanding() == 0);
+  CHECK(t.waitsOutstanding() == 0);
+  t.expect(Command::kGet, 0, 7);
+  t.expect(Command::kPing, 0, 8);
+  t.markLost();
+  CHECK(t.fixedBytesOutstanding() == 0);
+  CHECK(t.sizedOutstanding() == 0);
 }
 
 TEST_CASE("ReplyTracker: WATCH_KEY, bad bytes and surplus bytes make it lost") {
