@@ -300,13 +300,7 @@ void RelayBackend::onCheck(uv_check_t* check) noexcept {
         Status::ioError("channel ids nearly exhausted; reconnecting"));
     return;
   }
-  try {
-    b->combiner_->flush();
-    b->waits_->flush();
-  } catch (...) {
-    b->link_.drop(Status::ioError("out of memory while combining"));
-  }
-  b->link_.flush();
+  b->sendBatches();
   if (!b->stalled_.empty() && b->link_.backlog() <= kLargeBacklogBytes / 2) {
     std::vector<ConnId> resume = std::move(b->stalled_);
     b->stalled_.clear();
@@ -323,13 +317,18 @@ void RelayBackend::onPrepare(uv_prepare_t* prepare) noexcept {
   auto* b = static_cast<RelayBackend*>(prepare->data);
   if (b->held_.empty()) return;
   b->resumeHeld();
+  b->sendBatches();
+}
+
+// The combined and shared requests of this turn go out, then every frame.
+void RelayBackend::sendBatches() noexcept {
   try {
-    b->combiner_->flush();
-    b->waits_->flush();
+    combiner_->flush();
+    waits_->flush();
   } catch (...) {
-    b->link_.drop(Status::ioError("out of memory while combining"));
+    link_.drop(Status::ioError("out of memory while combining"));
   }
-  b->link_.flush();
+  link_.flush();
 }
 
 void RelayBackend::resumeHeld() noexcept {
