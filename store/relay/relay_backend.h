@@ -126,8 +126,9 @@ class RelayBackend final : public Backend, private LinkHandler {
 
   static void onCheck(uv_check_t* check) noexcept;
   static void onPrepare(uv_prepare_t* prepare) noexcept;
-  // Completes the held_ clients no longer overOutput().
+  // Sends this turn's combined and shared requests, then every frame.
   void sendBatches() noexcept;
+  // Completes the held_ clients no longer overOutput().
   void resumeHeld() noexcept;
   static void onCloseTimer(uv_timer_t* timer) noexcept;
   static void onHandleClosed(uv_handle_t* h) noexcept;
