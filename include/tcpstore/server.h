@@ -125,9 +125,7 @@ struct ServerCounters {
   std::uint64_t turn_yields = 0;
   // The most CPU time (microseconds) the loop thread spent in one loop turn
   // (from one check phase to the next) since start: the longest the server
-  // itself held every other client up, machine load aside (a gauge; never
-  // below a turn's CPU, at most about 1 ms above it: short turns of the same
-  // millisecond are measured together).
+  // itself held every other client up, machine load aside (a gauge).
   std::uint64_t max_turn_cpu_us = 0;
   // Memory budget decisions: requests refused (connection closed), clients
   // dropped for unsent output, and times a connection's reading was paused.

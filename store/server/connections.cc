@@ -142,30 +142,16 @@ std::uint64_t threadCpuUs() noexcept {
 }
 }  // namespace
 
-// The thread's CPU clock is a real system call (no vDSO), as costly as the
-// read of a small request: it is read at most once per millisecond of loop
-// time (uv_now moves once per millisecond), so a busy loop of short turns
-// (a heartbeat: one CHECK per wake-up) does not pay it per turn. A reading
-// then covers the turns since the last one, all of which began within the
-// same millisecond as it: the gauge is never below a turn's CPU and at most
-// about a millisecond above it.
-void Connections::noteTurnCpu() noexcept {
-  const std::uint64_t ms = now();
-  if (last_check_cpu_us_ != 0 && ms == last_cpu_read_ms_) return;
-  last_cpu_read_ms_ = ms;
-  const std::uint64_t cpu = threadCpuUs();
-  if (last_check_cpu_us_ != 0 &&
-      cpu - last_check_cpu_us_ >
-          ctr_.max_turn_cpu_us.load(std::memory_order_relaxed)) {
-    ctr_.max_turn_cpu_us.store(cpu - last_check_cpu_us_,
-                               std::memory_order_relaxed);
-  }
-  last_check_cpu_us_ = cpu;
-}
-
 void Connections::onCheck(uv_check_t* check) noexcept {
   auto* s = static_cast<Connections*>(check->data);
-  s->noteTurnCpu();
+  const std::uint64_t cpu = threadCpuUs();
+  if (s->last_check_cpu_us_ != 0 &&
+      cpu - s->last_check_cpu_us_ >
+          s->ctr_.max_turn_cpu_us.load(std::memory_order_relaxed)) {
+    s->ctr_.max_turn_cpu_us.store(cpu - s->last_check_cpu_us_,
+                                  std::memory_order_relaxed);
+  }
+  s->last_check_cpu_us_ = cpu;
   uv_idle_stop(s->flush_idle_);
   s->turn_output_ = 0;
   s->turn_input_ = 0;

@@ -140,8 +140,6 @@ class Connections {
   friend class MuxSession;
   friend class Channel;
   static void onCheck(uv_check_t* check) noexcept;
-  // Updates max_turn_cpu_us (see connections.cc).
-  void noteTurnCpu() noexcept;
   static void onIdle(uv_idle_t*) noexcept {}
   static void onStallTimer(uv_timer_t* timer) noexcept;
   static void onLogTimer(uv_timer_t* timer) noexcept;
@@ -202,7 +200,6 @@ class Connections {
   std::uint64_t turn_requests_ = 0;     // requests decoded since the last check
   std::uint64_t turn_no_ = 1;           // loop turns (check phases) so far
   std::uint64_t last_check_cpu_us_ = 0;  // loop thread's CPU at the check
-  std::uint64_t last_cpu_read_ms_ = 0;   // loop time of that reading
   // The turn's budget of replies or requests is spent: connections yield.
   bool turnSpent() const noexcept {
     return turn_output_ >= kTurnOutputBytes || turn_requests_ >= kTurnRequests;
