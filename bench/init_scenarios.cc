@@ -69,11 +69,9 @@ const char* scenarioName(InitScenario s) {
 std::uint64_t replyBytes(const Reply& r) {
   switch (r.shape) {
     case ReplyShape::kByte:
-      return 1;
     case ReplyShape::kU32:
-      return 4;
     case ReplyShape::kInt64:
-      return 8;
+      return protocol::fixedReplyBytes(r.shape);
     case ReplyShape::kString:
       return 8 + r.value.size();
     case ReplyShape::kStrings: {

@@ -4,6 +4,7 @@
 // point at the caller's strings, which must outlive the encode.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,23 @@ enum class ReplyShape : std::uint8_t {
   kWatchNotification,  // 1.13 push: u8 type, str key, str old, str new
 };
 ReplyShape replyShapeOf(Command c) noexcept;
+// Wire bytes of a reply of `shape` when the shape alone fixes them (kNone 0,
+// kByte 1, kU32 4, kInt64 8); SIZE_MAX for shapes whose replies carry their
+// own lengths.
+constexpr std::size_t fixedReplyBytes(ReplyShape shape) noexcept {
+  switch (shape) {
+    case ReplyShape::kNone:
+      return 0;
+    case ReplyShape::kByte:
+      return 1;
+    case ReplyShape::kU32:
+      return 4;
+    case ReplyShape::kInt64:
+      return 8;
+    default:
+      return SIZE_MAX;
+  }
+}
 
 // One decoded reply.
 struct Reply {

@@ -53,18 +53,7 @@ void ReplyTracker::expect(Command cmd, std::uint64_t count, std::uint64_t tag) {
 
 std::size_t ReplyTracker::fixedSize(const Expect& e) noexcept {
   if (isWait(e)) return 0;
-  switch (e.shape) {
-    case ReplyShape::kNone:
-      return 0;
-    case ReplyShape::kByte:
-      return 1;
-    case ReplyShape::kU32:
-      return 4;
-    case ReplyShape::kInt64:
-      return 8;
-    default:
-      return SIZE_MAX;
-  }
+  return protocol::fixedReplyBytes(e.shape);
 }
 
 void ReplyTracker::noteQueued(const Expect& e, int sign) noexcept {
