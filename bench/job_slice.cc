@@ -56,6 +56,7 @@ struct Rank {
   Conn* conn = nullptr;
   Trip trip = Trip::kHandshake;
   bool failed = false;
+  bool bad_value = false;    // a fetched id that was not the one SET
   std::int64_t done_ns = 0;  // monotonic
   double backoff_s = 0.5;
 };
@@ -84,6 +85,8 @@ class JobSlice final : public ConnHandler, public TimerHandler {
 
   void onConnected(Conn& c) override;
   void onReply(Conn& c, const Pending& p, const Reply& r) override;
+  bool streamsValues() const override { return true; }
+  void onValue(Conn& c, const Pending& p, std::string_view value) override;
   void onClosed(Conn& c, int err, bool established) override;
   void onTimer(std::uint64_t arg) override;
 
@@ -222,10 +225,10 @@ void JobSlice::onReply(Conn& c, const Pending&, const Reply& rep) {
         ok = rep.shape == ReplyShape::kInt64 && rep.number >= 1 &&
              rep.number <= opt_.world;
         break;
-      case Trip::kFetch:
+      case Trip::kFetch:  // the ids went through onValue
         ok = rep.shape == ReplyShape::kStrings &&
-             rep.values.size() == root_keys_.size();
-        for (auto v : rep.values) ok = ok && v == value_;
+             rep.number == static_cast<std::int64_t>(root_keys_.size()) &&
+             !r.bad_value;
         break;
       default:
         ok = rep.shape == ReplyShape::kByte;
@@ -235,6 +238,11 @@ void JobSlice::onReply(Conn& c, const Pending&, const Reply& rep) {
   }
   r.trip = static_cast<Trip>(static_cast<int>(r.trip) + 1);
   next(i);
+}
+
+void JobSlice::onValue(Conn& c, const Pending&, std::string_view value) {
+  if (value != value_)
+    ranks_[static_cast<std::size_t>(c.user)].bad_value = true;
 }
 
 void JobSlice::onClosed(Conn& c, int err, bool established) {

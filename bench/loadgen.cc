@@ -348,6 +348,7 @@ void Loop::close(Conn& c) {
   std::string().swap(c.out_);
   std::string().swap(c.in_);
   c.out_off_ = c.in_off_ = 0;
+  c.front_done_ = 0;
   c.pending_.clear();
 }
 
@@ -394,30 +395,57 @@ void Loop::decode(Conn& c) {
       return;
     }
     std::string_view avail(c.in_.data() + c.in_off_, c.in_.size() - c.in_off_);
-    Pending p = c.pending_.front();
+    const Pending p = c.pending_.front();
     if (p.raw_len > 0) {
-      if (avail.size() < p.raw_len) return;
-      c.in_off_ += p.raw_len;
-      c.pending_.pop_front();
-      ++stats_.replies;
+      // Opaque bytes (echo): consumed as they arrive, never buffered whole.
+      const std::uint64_t take =
+          std::min<std::uint64_t>(avail.size(), p.raw_len - c.front_done_);
+      c.in_off_ += take;
+      c.front_done_ += take;
+      if (c.front_done_ < p.raw_len) break;
+    } else if (p.shape == protocol::ReplyShape::kStrings && p.count > 0 &&
+               c.handler_->streamsValues()) {
+      // Value by value, each handed over as soon as it is complete.
+      bool partial = false;
+      while (c.front_done_ < p.count && c.fd_ >= 0) {
+        auto r = protocol::decodeReply(avail, protocol::ReplyShape::kString,
+                                       limits_, reply_);
+        if (r.needMore()) {
+          partial = true;
+          break;
+        }
+        if (r.failed()) {
+          ++stats_.protocol_errors;
+          fail(c, EPROTO);
+          return;
+        }
+        c.handler_->onValue(c, p, reply_.value);
+        c.in_off_ += r.consumed;
+        avail.remove_prefix(r.consumed);
+        ++c.front_done_;
+      }
+      if (partial || c.fd_ < 0) break;
       reply_.clear();
-      c.handler_->onReply(c, p, reply_);
-      continue;
+      reply_.shape = p.shape;
+      reply_.number = static_cast<std::int64_t>(p.count);
+    } else {
+      reply_.clear();
+      reply_.shape = p.shape;
+      auto r = protocol::decodeReply(avail, p.shape, limits_, reply_, p.count);
+      if (r.needMore()) break;
+      if (r.failed()) {
+        ++stats_.protocol_errors;
+        fail(c, EPROTO);
+        return;
+      }
+      // Views in reply_ point into in_, which is only compacted below.
+      c.in_off_ += r.consumed;
     }
-    reply_.clear();
-    reply_.shape = p.shape;
-    auto r = protocol::decodeReply(avail, p.shape, limits_, reply_, p.count);
-    if (r.needMore()) return;
-    if (r.failed()) {
-      ++stats_.protocol_errors;
-      fail(c, EPROTO);
-      return;
-    }
+    c.front_done_ = 0;
     c.pending_.pop_front();
     ++stats_.replies;
+    if (p.raw_len > 0) reply_.clear();
     c.handler_->onReply(c, p, reply_);
-    // Views in reply_ pointed into in_, which is only compacted below.
-    if (c.fd_ >= 0) c.in_off_ += r.consumed;
   }
   if (c.fd_ >= 0) {
     if (c.in_off_ == c.in_.size()) {

@@ -89,6 +89,14 @@ class ConnHandler {
   virtual ~ConnHandler() = default;
   virtual void onConnected(Conn& c) = 0;
   virtual void onReply(Conn& c, const Pending& p, const protocol::Reply& r) = 0;
+  // True: a kStrings reply (MULTI_GET) is not buffered whole; each value goes
+  // to onValue as soon as it has arrived, and onReply then gets a reply with
+  // no values and `number` = the count. 16K ranks that each await a 100 KiB
+  // MULTI_GET reply at once would otherwise hold 1.6 GB in this process.
+  virtual bool streamsValues() const { return false; }
+  virtual void onValue(Conn& c, const Pending& p, std::string_view value) {
+    (void)c, (void)p, (void)value;
+  }
   // The connection failed or was closed by the peer. `established` tells
   // whether the TCP connect had completed. The Conn is already closed.
   virtual void onClosed(Conn& c, int err, bool established) = 0;
@@ -113,6 +121,8 @@ class Conn {
   std::size_t out_off_ = 0;
   std::string in_;
   std::size_t in_off_ = 0;
+  // Of the front reply: raw bytes consumed, or values streamed (onValue).
+  std::uint64_t front_done_ = 0;
   std::deque<Pending> pending_;
 };
 
