@@ -35,9 +35,14 @@ struct Request {
   std::uint32_t u32 = 0;
   std::vector<std::string_view> keys;
   std::vector<std::string_view> values;
+  // The request's own bytes as received, when a RequestStream decoded it
+  // from a 2.x stream (they are its one 2.x encoding: encodeRequest(kV2)
+  // would write the same bytes); empty otherwise. Points into the caller's
+  // input, like the views above.
+  std::string_view wire;
 
   void clear() noexcept {
-    key = value = desired = {};
+    key = value = desired = wire = {};
     number = 0;
     u32 = 0;
     keys.clear();

@@ -38,7 +38,11 @@ DecodeResult RequestStream::next(std::string_view in, Request& out) {
   }
   DecodeResult r =
       detail::decodeRequestResumable(in, *dialect_, limits_, state_, out);
-  if (r.frame() && out.command == Command::kValidate) validated_ = true;
+  if (r.frame()) {
+    if (out.command == Command::kValidate) validated_ = true;
+    out.wire = *dialect_ == Dialect::kV2 ? in.substr(0, r.consumed)
+                                         : std::string_view();
+  }
   return r;
 }
 

@@ -24,15 +24,15 @@ bool Combiner::offer(ConnId conn, const protocol::Request& req) {
     case Command::kGet:
     case Command::kCheck:
     case Command::kMultiGet: {
-      scratch_.clear();
-      if (!protocol::encodeRequest(Dialect::kV2, req, scratch_)) return false;
-      auto it = reads_.find(scratch_);
+      const std::string_view wire = encodedV2(req, scratch_);
+      if (wire.empty()) return false;
+      auto it = reads_.find(wire);
       if (it == reads_.end()) {
         Op op;
         op.command = req.command;
         op.count = req.keys.size();
-        op.request = scratch_;
-        it = reads_.emplace(scratch_, std::move(op)).first;
+        op.request = wire;
+        it = reads_.emplace(std::string(wire), std::move(op)).first;
       }
       it->second.callers.push_back(Caller{conn, 0});
       return true;
@@ -78,7 +78,7 @@ void Combiner::sendAlone(ConnId conn, const Op& op, std::int64_t delta) {
 void Combiner::flush() {
   if (reads_.empty() && dirty_adds_.empty()) return;
   // Completions below may re-enter offer(): take this turn's batches first.
-  std::map<std::string, Op> reads = std::move(reads_);
+  std::map<std::string, Op, std::less<>> reads = std::move(reads_);
   reads_.clear();
   std::vector<std::string> dirty = std::move(dirty_adds_);
   dirty_adds_.clear();

@@ -104,7 +104,7 @@ class Combiner {
   RelayBackend& relay_;
   // Batches of this turn, by identity: the encoded request (reads) or the
   // key (ADD).
-  std::map<std::string, Op> reads_;
+  std::map<std::string, Op, std::less<>> reads_;
   std::unordered_map<std::string, AddGroup> adds_;
   std::vector<std::string> dirty_adds_;  // groups with a `next` batch
   std::unordered_map<std::uint64_t, Op> in_flight_;

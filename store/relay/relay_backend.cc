@@ -220,6 +220,13 @@ std::uint32_t RelayBackend::openChannel(Dialect dialect, ConnId owner) {
   return id;
 }
 
+std::string_view encodedV2(const protocol::Request& req, std::string& scratch) {
+  if (!req.wire.empty()) return req.wire;
+  scratch.clear();
+  if (!protocol::encodeRequest(Dialect::kV2, req, scratch)) return {};
+  return scratch;
+}
+
 Status RelayBackend::tunnel(ConnId conn, const protocol::Request& req) {
   auto it = clients_.find(conn);
   if (it == clients_.end()) return Status::ok();

@@ -48,6 +48,11 @@ namespace tcpstore::store::relay {
 class Combiner;
 class WaitShare;
 
+// The 2.x bytes of `req`: those its 2.x client sent (Request::wire), else
+// its encoding written into `scratch`. Empty if 2.x has no such command.
+// Valid while `req`'s input, or `scratch`, is.
+std::string_view encodedV2(const protocol::Request& req, std::string& scratch);
+
 class RelayBackend final : public Backend, private LinkHandler {
  public:
   explicit RelayBackend(RelayOptions options);

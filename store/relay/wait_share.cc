@@ -14,15 +14,16 @@ WaitShare::~WaitShare() = default;
 
 bool WaitShare::offer(ConnId conn, const protocol::Request& req) {
   if (req.command != Command::kWait || members_.count(conn) > 0) return false;
-  scratch_.clear();
-  if (!protocol::encodeRequest(Dialect::kV2, req, scratch_)) return false;
-  std::unique_ptr<Group>& slot = groups_[scratch_];
-  if (!slot) {
-    slot = std::make_unique<Group>();
-    slot->request = scratch_;
-    bytes_ += groupBytes(*slot);
+  const std::string_view wire = encodedV2(req, scratch_);
+  if (wire.empty()) return false;
+  auto it = groups_.find(wire);
+  if (it == groups_.end()) {
+    auto g = std::make_unique<Group>();
+    g->request = wire;
+    it = groups_.emplace(std::string(wire), std::move(g)).first;
+    bytes_ += groupBytes(*it->second);
   }
-  Group& g = *slot;
+  Group& g = *it->second;
   const std::uint64_t ticket = next_ticket_++;
   g.next.push_back(Caller{conn, ticket});
   ++g.live_next;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -96,7 +97,16 @@ class WaitShare {
   Group* byChannel(std::uint32_t channel);
 
   RelayBackend& relay_;
-  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;
+  // By the WAIT's 2.x bytes; looked up by a view of them (no copy).
+  struct BytesHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::unordered_map<std::string, std::unique_ptr<Group>, BytesHash,
+                     std::equal_to<>>
+      groups_;
   std::unordered_map<std::uint32_t, Group*> channels_;
   std::unordered_map<ConnId, Member> members_;
   std::vector<std::string> dirty_;

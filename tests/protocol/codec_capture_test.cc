@@ -66,6 +66,7 @@ void replay(const std::string& rel,
     CAPTURE(describe(r.at_finish));
     requests += r.commands.size();
     CHECK(r.reencode_matches);
+    CHECK(r.wire_matches);
     auto it = expected_endings.find(id);
     const Ending ending = it == expected_endings.end() ? Ending{} : it->second;
     if (!ending) {

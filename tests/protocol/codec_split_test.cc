@@ -250,6 +250,7 @@ TEST_CASE(
     }
     CHECK(r.consumed == bytes.size());
     CHECK(r.reencode_matches);
+    CHECK(r.wire_matches);
     CHECK(r.last.needMore());
     CHECK(r.at_finish.needMore());
   }

@@ -267,6 +267,7 @@ void expectSemanticClose(Dialect d, std::size_t number, Command command) {
   CHECK(r.commands[0] == command);
   CHECK(r.consumed == c.request.size());
   CHECK(r.reencode_matches);
+  CHECK(r.wire_matches);
   CHECK(r.at_finish.needMore());
 }
 
@@ -348,6 +349,7 @@ void expectUnderstood(std::size_t number, Command command,
   CHECK(r.commands[0] == command);
   CHECK(r.consumed == whole.size());
   CHECK(r.reencode_matches);
+  CHECK(r.wire_matches);
 }
 
 std::string keyArg(std::string_view key) {
@@ -467,6 +469,7 @@ TEST_CASE(
   CHECK(r.commands[1] == Command::kPing);
   CHECK(r.consumed == c.request.size());
   CHECK(r.reencode_matches);
+  CHECK(r.wire_matches);
   CHECK(r.at_finish.needMore());
 }
 

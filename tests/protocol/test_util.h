@@ -177,6 +177,8 @@ struct Drained {
   DecodeResult last;       // the result that stopped the loop
   DecodeResult at_finish;  // finish() on what was left
   bool reencode_matches = true;
+  // Every 2.x frame's Request::wire viewed exactly its bytes; 1.13's empty.
+  bool wire_matches = true;
 };
 
 inline Drained drain(RequestStream& stream, std::string_view bytes) {
@@ -197,6 +199,11 @@ inline Drained drain(RequestStream& stream, std::string_view bytes) {
     if (!stream.dialect() || !encodeRequest(*stream.dialect(), req, again) ||
         again != rest.substr(0, r.consumed)) {
       d.reencode_matches = false;
+    }
+    const bool v2 = stream.dialect() == protocol::Dialect::kV2;
+    if (v2 ? req.wire.data() != rest.data() || req.wire.size() != r.consumed
+           : !req.wire.empty()) {
+      d.wire_matches = false;
     }
     d.commands.push_back(req.command);
     d.sizes.push_back(r.consumed);
