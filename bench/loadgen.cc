@@ -347,7 +347,7 @@ void Loop::close(Conn& c) {
   --open_;
   std::string().swap(c.out_);
   std::string().swap(c.in_);
-  c.out_off_ = c.in_off_ = 0;
+  c.out_off_ = 0;
   c.front_done_ = 0;
   c.pending_.clear();
 }
@@ -382,25 +382,33 @@ void Loop::flush(Conn& c) {
     return;
   }
   if (c.fd_ >= 0 && c.out_off_ == c.out_.size()) {
-    c.out_.clear();
+    // Sent: a large request's buffer goes back to the heap at once, so the
+    // next connection's reuses it (16K ranks each sending a 15 KiB
+    // MULTI_GET would otherwise keep 250 MB).
+    if (c.out_.capacity() > kKeepBufferBytes) {
+      std::string().swap(c.out_);
+    } else {
+      c.out_.clear();
+    }
     c.out_off_ = 0;
   }
 }
 
-void Loop::decode(Conn& c) {
-  while (c.fd_ >= 0 && c.in_off_ < c.in_.size()) {
+std::size_t Loop::decode(Conn& c, std::string_view in) {
+  std::size_t off = 0;
+  while (c.fd_ >= 0 && off < in.size()) {
     if (c.pending_.empty()) {
       ++stats_.protocol_errors;
       fail(c, EPROTO);
-      return;
+      return off;
     }
-    std::string_view avail(c.in_.data() + c.in_off_, c.in_.size() - c.in_off_);
+    std::string_view avail = in.substr(off);
     const Pending p = c.pending_.front();
     if (p.raw_len > 0) {
       // Opaque bytes (echo): consumed as they arrive, never buffered whole.
       const std::uint64_t take =
           std::min<std::uint64_t>(avail.size(), p.raw_len - c.front_done_);
-      c.in_off_ += take;
+      off += take;
       c.front_done_ += take;
       if (c.front_done_ < p.raw_len) break;
     } else if (p.shape == protocol::ReplyShape::kStrings && p.count > 0 &&
@@ -417,10 +425,10 @@ void Loop::decode(Conn& c) {
         if (r.failed()) {
           ++stats_.protocol_errors;
           fail(c, EPROTO);
-          return;
+          return off;
         }
         c.handler_->onValue(c, p, reply_.value);
-        c.in_off_ += r.consumed;
+        off += r.consumed;
         avail.remove_prefix(r.consumed);
         ++c.front_done_;
       }
@@ -436,10 +444,9 @@ void Loop::decode(Conn& c) {
       if (r.failed()) {
         ++stats_.protocol_errors;
         fail(c, EPROTO);
-        return;
+        return off;
       }
-      // Views in reply_ point into in_, which is only compacted below.
-      c.in_off_ += r.consumed;
+      off += r.consumed;  // reply_'s views stay valid until `in` changes
     }
     c.front_done_ = 0;
     c.pending_.pop_front();
@@ -447,29 +454,28 @@ void Loop::decode(Conn& c) {
     if (p.raw_len > 0) reply_.clear();
     c.handler_->onReply(c, p, reply_);
   }
-  if (c.fd_ >= 0) {
-    if (c.in_off_ == c.in_.size()) {
-      // A large reply is done: give its buffer back (96K ranks that each
-      // got a 104 KiB MULTI_GET reply would otherwise keep ~10 GB).
-      if (c.in_.capacity() > 64 * 1024) {
-        std::string().swap(c.in_);
-      } else {
-        c.in_.clear();
-      }
-      c.in_off_ = 0;
-    } else if (c.in_off_ > 64 * 1024) {
-      c.in_.erase(0, c.in_off_);
-      c.in_off_ = 0;
-    }
-  }
+  return off;
 }
 
 void Loop::readAll(Conn& c) {
   while (c.fd_ >= 0) {
     ssize_t n = ::recv(c.fd_, scratch_.data(), scratch_.size(), 0);
     if (n > 0) {
-      c.in_.append(scratch_.data(), static_cast<std::size_t>(n));
-      decode(c);
+      const std::string_view got(scratch_.data(), static_cast<std::size_t>(n));
+      if (c.in_.empty()) {
+        // Nothing buffered: decode in place; only a partial reply's bytes
+        // are kept (with streamed values, at most one value's).
+        const std::size_t used = decode(c, got);
+        if (c.fd_ >= 0 && used < got.size()) c.in_.assign(got.substr(used));
+      } else {
+        c.in_.append(got);
+        const std::size_t used = decode(c, c.in_);
+        if (c.fd_ >= 0) {
+          c.in_.erase(0, used);
+          if (c.in_.empty() && c.in_.capacity() > kKeepBufferBytes)
+            std::string().swap(c.in_);  // a large reply is done
+        }
+      }
       if (static_cast<std::size_t>(n) < scratch_.size())
         return;  // drained (ET: EAGAIN next)
       continue;

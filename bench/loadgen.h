@@ -119,8 +119,7 @@ class Conn {
   ConnHandler* handler_ = nullptr;
   std::string out_;
   std::size_t out_off_ = 0;
-  std::string in_;
-  std::size_t in_off_ = 0;
+  std::string in_;  // the front reply's bytes not decoded yet
   // Of the front reply: raw bytes consumed, or values streamed (onValue).
   std::uint64_t front_done_ = 0;
   std::deque<Pending> pending_;
@@ -193,7 +192,11 @@ class Loop {
   };
   void handleEvent(Conn& c, std::uint32_t events);
   void readAll(Conn& c);
-  void decode(Conn& c);
+  // Decodes replies of `c` from `in` (its buffered bytes, or a fresh read
+  // when none are); returns the bytes used. `c` may be closed on return.
+  std::size_t decode(Conn& c, std::string_view in);
+  // A connection's buffer above this is released once empty.
+  static constexpr std::size_t kKeepBufferBytes = 4096;
   void flush(Conn& c);
   void fail(Conn& c, int err);
   void markDirty(Conn& c);
