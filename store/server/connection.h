@@ -1,7 +1,7 @@
 // Connection: one client's socket, its input buffer and request stream, and
 // its outbox (connections.h holds them all and what they share).
 //
-// Data path of a connection: read(2) fills the loop-wide scratch buffer
+// Data path of a connection: recv(2) fills the loop-wide scratch buffer
 // (or, mid-way through a message too large for it, into the connection's
 // InputBuffer), the RequestStream decodes whole requests, each goes to the
 // RequestHandler (the dispatcher), whose replies come back through send()
@@ -36,9 +36,9 @@
 // its BusyState (its MuxSession lives there).
 //
 // I/O: the accepted socket is polled (uv_poll_t, level-triggered): it is
-// read with read(2) when readable and reads are wanted, and written with
-// sendmsg(2) once per loop turn; what the kernel does not take is written
-// when the socket becomes writable.
+// read with recv(2) when readable and reads are wanted, and written with
+// send(2) (one buffer) or sendmsg(2) once per loop turn; what the kernel
+// does not take is written when the socket becomes writable.
 //
 // Lifetime: a Connection is created by Connections::accept(), closed once
 // by close() (the handler's onClosing() runs, the poll handle is closed and

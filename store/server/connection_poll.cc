@@ -1,7 +1,7 @@
 // Connection, socket side: the poll handle's events, reads into the
 // scratch or the connection's own buffer, and what is polled for.
 #include <fmt/format.h>
-#include <unistd.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -125,7 +125,9 @@ void Connection::handleReadable() {
       if (!closing_) inputStopped();
       return;
     }
-    const ssize_t r = ::read(fd(), buf, len);
+    // recv(2), not read(2): a socket read through the VFS costs the
+    // server ~3% more CPU in the 16K-rank heartbeat (vfs_read, fdget_pos).
+    const ssize_t r = ::recv(fd(), buf, len, 0);
     if (r < 0) {
       const int err = errno;
       if (err == EINTR) continue;

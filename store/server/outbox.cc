@@ -94,8 +94,7 @@ void Outbox::append(const store::SharedBytes& buf, std::size_t offset,
   pending_bytes_ += length;
 }
 
-void Outbox::describe(const std::vector<OutChunk>& chunks,
-                      std::size_t offset) {
+void Outbox::describe(const std::vector<OutChunk>& chunks, std::size_t offset) {
   bufs_.clear();
   for (const OutChunk& c : chunks) {
     for (std::size_t at = offset; at < c.size(); at += kMaxBufBytes) {
@@ -114,10 +113,15 @@ Outbox::Flushed Outbox::send(int fd) {
     const std::size_t cnt = std::min(bufs_.size() - i, kMaxIov);
     std::size_t offered = 0;
     for (std::size_t k = i; k < i + cnt; ++k) offered += bufs_[k].len;
-    msghdr m{};
-    m.msg_iov = reinterpret_cast<iovec*>(bufs_.data() + i);
-    m.msg_iovlen = cnt;
-    const ssize_t r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t r = 0;
+    if (cnt == 1) {  // the common case; send(2) imports no iovec
+      r = ::send(fd, bufs_[i].base, bufs_[i].len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+      msghdr m{};
+      m.msg_iov = reinterpret_cast<iovec*>(bufs_.data() + i);
+      m.msg_iovlen = cnt;
+      r = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (r < 0) {
       const int err = errno;
       if (err == EINTR) continue;
