@@ -411,6 +411,7 @@ std::size_t Loop::decode(Conn& c, std::string_view in) {
       off += take;
       c.front_done_ += take;
       if (c.front_done_ < p.raw_len) break;
+      reply_.clear();
     } else if (p.shape == protocol::ReplyShape::kStrings && p.count > 0 &&
                c.handler_->streamsValues()) {
       // Value by value, each handed over as soon as it is complete.
@@ -451,7 +452,6 @@ std::size_t Loop::decode(Conn& c, std::string_view in) {
     c.front_done_ = 0;
     c.pending_.pop_front();
     ++stats_.replies;
-    if (p.raw_len > 0) reply_.clear();
     c.handler_->onReply(c, p, reply_);
   }
   return off;
